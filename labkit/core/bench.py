@@ -1,0 +1,366 @@
+"""The one bench harness: contenders run interleaved in one process, ratios taken pair by pair.
+
+A system's bench is a function ``bench(b: Bench)``. It calls :meth:`Bench.compare` for each case
+(same inputs for every contender), :meth:`Bench.record` for derived numbers, and
+:meth:`Bench.measure` to fill in its claims. The harness renders tables and JSON itself, so what
+lands in BENCHMARKS.md is what was measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import gc
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from labkit.core.errors import check_choice, check_range
+from labkit.core.machine import machine_info
+from labkit.core.profiles import check_profile
+
+_OPS = {">=": lambda m, t: m >= t, "<=": lambda m, t: m <= t, "==": lambda m, t: m == t}
+
+
+@dataclass
+class Claim:
+    """A paper claim, the lab's target for it, and (once measured) the lab's number."""
+
+    id: str
+    claim: str
+    paper: str
+    target: float
+    unit: str = "x"
+    op: str = ">="
+    measured: float | None = None
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        check_choice("op", self.op, _OPS)
+
+    @property
+    def passed(self) -> bool | None:
+        """True or False once measured; None while not measured."""
+        if self.measured is None or (isinstance(self.measured, float) and math.isnan(self.measured)):
+            return None
+        return bool(_OPS[self.op](self.measured, self.target))
+
+    @property
+    def verdict(self) -> str:
+        return {True: "pass", False: "miss", None: "not measured"}[self.passed]
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["passed"] = self.passed
+        return d
+
+
+def _peak_rss_reset() -> bool:
+    """Reset the kernel's peak-RSS mark for this process (Linux clear_refs 5); False if unsupported."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _rss_fields() -> tuple[int, int]:
+    """Return (current RSS, peak RSS since last reset) in bytes from /proc/self/status."""
+    rss = hwm = 0
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith("VmHWM:"):
+                    hwm = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return rss, hwm
+
+
+@dataclass
+class Comparison:
+    """Timings of several contenders on one case, collected interleaved round by round."""
+
+    case: str
+    times: dict[str, list[float]]
+    peak_mem: dict[str, int | None] = field(default_factory=dict)
+    work: float | None = None
+    work_unit: str = ""
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.times)
+
+    def median(self, name: str) -> float:
+        """Median seconds per call of `name`."""
+        return statistics.median(self._t(name))
+
+    def min(self, name: str) -> float:
+        return min(self._t(name))
+
+    def max(self, name: str) -> float:
+        return max(self._t(name))
+
+    def ratio(self, base: str, new: str) -> float:
+        """Speedup of `new` over `base`: median over rounds of time(base) / time(new) in that round."""
+        tb, tn = self._t(base), self._t(new)
+        return statistics.median(b / n for b, n in zip(tb, tn))
+
+    def best_ratio(self, bases: Iterable[str], new: str) -> float:
+        """Speedup of `new` over the fastest (by median) of `bases`."""
+        best = min(bases, key=self.median)
+        return self.ratio(best, new)
+
+    def throughput(self, name: str) -> float:
+        """Work per second of `name` at its median time (requires `work`)."""
+        if self.work is None:
+            raise ValueError(f"case {self.case!r} was compared without work=, so it has no throughput")
+        return self.work / self.median(name)
+
+    def _t(self, name: str) -> list[float]:
+        if name not in self.times:
+            raise KeyError(f"contender={name!r} is not in case {self.case!r}; have {', '.join(self.times)}")
+        return self.times[name]
+
+    def to_json(self) -> dict:
+        return {"case": self.case, "work": self.work, "work_unit": self.work_unit,
+                "contenders": {n: {"median_s": self.median(n), "min_s": self.min(n),
+                                   "max_s": self.max(n), "rounds": len(self.times[n]),
+                                   "peak_mem_bytes": self.peak_mem.get(n)} for n in self.times}}
+
+
+def _fmt_s(t: float) -> str:
+    if t >= 1:
+        return f"{t:.3g} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.3g} ms"
+    return f"{t * 1e6:.3g} us"
+
+
+def _fmt_num(x: Any) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "nan"
+        if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
+            return f"{x:.3g}"
+        return f"{x:.3g}" if abs(x) < 100 else f"{x:,.0f}"
+    return str(x)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+@dataclass
+class BenchReport:
+    """Everything one bench run measured; renders itself as text, Markdown and JSON."""
+
+    system: str
+    profile: str
+    machine: dict
+    results: dict[str, float]
+    claims: list[Claim]
+    comparisons: list[Comparison]
+    started: str
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+    title: str = ""
+
+    def to_json(self) -> dict:
+        return {"system": self.system, "profile": self.profile, "machine": self.machine,
+                "results": self.results, "claims": [c.to_json() for c in self.claims],
+                "comparisons": [c.to_json() for c in self.comparisons],
+                "started": self.started, "seconds": self.seconds, "notes": self.notes}
+
+    def comparisons_markdown(self) -> str:
+        rows = []
+        for c in self.comparisons:
+            base = c.names[0]
+            for n in c.names:
+                pm = c.peak_mem.get(n)
+                rows.append([c.case, n, _fmt_s(c.median(n)), f"{_fmt_s(c.min(n))} - {_fmt_s(c.max(n))}",
+                             "-" if pm is None else f"{pm / 2**20:.1f}",
+                             "1 (base)" if n == base else f"{c.ratio(base, n):.2f}x",
+                             "-" if c.work is None else f"{c.throughput(n):,.4g} {c.work_unit}/s"])
+        return _table(["case", "contender", "median", "min - max", "peak MB", "speedup vs first",
+                       "throughput"], rows)
+
+    def results_markdown(self) -> str:
+        return _table(["metric", "value"], [[k, _fmt_num(v)] for k, v in self.results.items()])
+
+    def to_markdown(self) -> str:
+        m = self.machine
+        head = (f"### {self.title or self.system} (`labkit bench {self.system} --profile {self.profile}`)\n\n"
+                f"Run {self.started}, {self.seconds:.0f} s, on {m.get('cpu')} ({m.get('cores')} cores, "
+                f"{(m.get('memory') or 0) / 2**30:.0f} GiB, GPU: {m.get('gpu') or 'none'}).\n")
+        parts = [head, "**Claims**\n", claims_markdown(self.claims)]
+        if self.results:
+            parts += ["\n**Results**\n", self.results_markdown()]
+        if self.comparisons:
+            parts += ["\n**Side by side** (interleaved rounds; speedup = median of per-round ratios)\n",
+                      self.comparisons_markdown()]
+        if self.notes:
+            parts += ["\n" + "\n".join(f"- {n}" for n in self.notes)]
+        return "\n".join(parts) + "\n"
+
+    def __str__(self) -> str:
+        return self.to_markdown()
+
+    def _repr_html_(self) -> str:
+        from labkit.core.metrics import markdown_table_html
+        return markdown_table_html(self.to_markdown())
+
+
+def claims_markdown(claims: Iterable[Claim], system_col: dict[str, str] | None = None) -> str:
+    """Render claims as one Markdown table: id, claim, paper, measured, target, verdict."""
+    rows = []
+    for c in claims:
+        meas = "-" if c.measured is None else f"{_fmt_num(c.measured)}"
+        row = [f"`{c.id}`", c.claim, c.paper, meas, f"{c.op} {_fmt_num(c.target)} {c.unit}".strip(),
+               c.verdict + (f" ({c.note})" if c.note else "")]
+        if system_col is not None:
+            row.insert(0, system_col.get(c.id, ""))
+        rows.append(row)
+    header = ["id", "claim", "paper", "measured", "target", "verdict"]
+    if system_col is not None:
+        header.insert(0, "system")
+    return _table(header, rows)
+
+
+class Bench:
+    """Collects one system's side-by-side measurements for one profile."""
+
+    def __init__(self, system: str, profile: str, claims: Iterable[Claim] = (), *,
+                 progress: bool = True, out: Any = None, title: str = "") -> None:
+        self.system = system
+        self.profile = check_profile(profile)
+        self.title = title
+        self.claims = {c.id: dataclasses.replace(c) for c in claims}
+        self.results: dict[str, float] = {}
+        self.comparisons: list[Comparison] = []
+        self.notes: list[str] = []
+        self.progress = progress
+        self.out = out if out is not None else sys.stderr
+        self._t0 = time.perf_counter()
+        self._started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+    def log(self, msg: str) -> None:
+        """Print a progress line (to stderr by default) when progress is on."""
+        if self.progress:
+            print(f"[{self.system}] {msg}", file=self.out, flush=True)
+
+    def compare(self, case: str, contenders: dict[str, Callable[[], Any]], *, repeats: int = 5,
+                warmup: int = 1, min_sample_s: float = 0.0, memory: bool = False,
+                work: float | None = None, work_unit: str = "") -> Comparison:
+        """Time `contenders` on one case, interleaved: every round runs each once, order rotated.
+
+        The first contender is the baseline the table's speedup column is relative to.
+        `min_sample_s` batches very fast calls so one sample lasts at least that long.
+        With `memory`, each contender's peak RSS growth during a call is recorded.
+        `work` (e.g. edges, tokens) gives throughput columns.
+        """
+        check_range("repeats", repeats, 1, integer=True)
+        check_range("warmup", warmup, 0, integer=True)
+        if not contenders:
+            raise ValueError("contenders={} is not accepted; expected at least one callable")
+        names = list(contenders)
+        number = {n: 1 for n in names}
+        for _ in range(warmup):
+            for n in names:
+                t = self._time(contenders[n], 1)
+                if min_sample_s > 0 and t < min_sample_s:
+                    number[n] = max(number[n], math.ceil(min_sample_s / max(t, 1e-9)))
+        times: dict[str, list[float]] = {n: [] for n in names}
+        peak: dict[str, int | None] = {n: None for n in names}
+        for r in range(repeats):
+            order = names[r % len(names):] + names[:r % len(names)]
+            for n in order:
+                if memory:
+                    gc.collect()
+                    ok = _peak_rss_reset()
+                    before, _ = _rss_fields()
+                times[n].append(self._time(contenders[n], number[n]))
+                if memory and ok:
+                    _, hwm = _rss_fields()
+                    peak[n] = max(peak[n] or 0, hwm - before)
+        comp = Comparison(case, times, peak if memory else {}, work, work_unit)
+        self.comparisons.append(comp)
+        self.log(f"{case}: " + ", ".join(f"{n} {_fmt_s(comp.median(n))}" for n in names))
+        return comp
+
+    @staticmethod
+    def _time(fn: Callable[[], Any], number: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        return (time.perf_counter() - t0) / number
+
+    def record(self, key: str, value: float) -> float:
+        """Record a named result (appears in JSON 'results' and the results table)."""
+        self.results[key] = float(value)
+        return float(value)
+
+    def measure(self, claim_id: str, value: float, note: str = "") -> float:
+        """Fill in the measured value of a declared claim (and record it as a result)."""
+        if claim_id not in self.claims:
+            raise KeyError(f"claim_id={claim_id!r} is not declared for {self.system}; declared: "
+                           + ", ".join(self.claims))
+        self.claims[claim_id].measured = float(value)
+        if note:
+            self.claims[claim_id].note = note
+        self.record(claim_id, value)
+        return float(value)
+
+    def note(self, text: str) -> None:
+        """Add an explanatory sentence under the tables (e.g. why a target is missed)."""
+        self.notes.append(text)
+
+    def report(self) -> BenchReport:
+        return BenchReport(self.system, self.profile, machine_info(), dict(self.results),
+                           list(self.claims.values()), list(self.comparisons), self._started,
+                           time.perf_counter() - self._t0, list(self.notes), self.title)
+
+
+def write_json(report: BenchReport | list[BenchReport], path: str) -> None:
+    """Write one report (or a list, for reproduce) as JSON atomically."""
+    from labkit.core.atomic import atomic_write_json
+    obj = report.to_json() if isinstance(report, BenchReport) else [r.to_json() for r in report]
+    atomic_write_json(path, obj)
+
+
+BEGIN = "<!-- labkit-bench:{key} begin -->"
+END = "<!-- labkit-bench:{key} end -->"
+
+
+def update_benchmarks_md(path: str, key: str, markdown: str) -> None:
+    """Replace (or append) the harness-owned section `key` of BENCHMARKS.md, atomically."""
+    from pathlib import Path
+
+    from labkit.core.atomic import atomic_write_text
+    p = Path(path)
+    text = p.read_text() if p.exists() else "# Benchmarks\n\nWritten by `labkit bench ... --record`; do not edit sections by hand.\n"
+    b, e = BEGIN.format(key=key), END.format(key=key)
+    block = f"{b}\n{markdown.rstrip()}\n{e}"
+    if b in text and e in text:
+        pre, rest = text.split(b, 1)
+        _, post = rest.split(e, 1)
+        text = pre + block + post
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    atomic_write_text(p, text)
+
+
+def load_json(path: str) -> Any:
+    with open(path) as fh:
+        return json.load(fh)

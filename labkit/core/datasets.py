@@ -1,0 +1,352 @@
+"""Dataset registry: named, seeded datasets built on first use, with verified manifests.
+
+A dataset is a builder function registered with :func:`register_dataset`. It receives a
+:class:`DatasetWriter` (files go into a temporary folder) and its profile's parameters. When the
+builder returns, the writer records each file's shape, dtype, bytes and sha256 in
+``manifest.json`` and the folder is renamed into place in one step, so an interrupted build
+leaves nothing that loads as valid. Loading verifies the manifest; a truncated or corrupted
+file raises :class:`DatasetError` naming the file and the command that rebuilds it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from labkit.core.atomic import atomic_write_json
+from labkit.core.errors import LabkitError, bad_value
+from labkit.core.profiles import check_profile
+
+MANIFEST = "manifest.json"
+_CHUNK = 8 << 20
+
+
+class DatasetError(LabkitError):
+    """A dataset is missing, truncated, corrupted or of the wrong version."""
+
+
+@dataclass
+class DatasetSpec:
+    """How to build one named dataset at each profile."""
+
+    name: str
+    description: str
+    builder: Callable[["DatasetWriter", dict], None]
+    profiles: dict[str, dict]
+    seed: int = 0
+    version: int = 1
+    system: str = ""
+
+
+_REGISTRY: dict[str, DatasetSpec] = {}
+
+
+def register_dataset(name: str, *, description: str, profiles: dict[str, dict], seed: int = 0,
+                     version: int = 1, system: str = "") -> Callable:
+    """Decorator: register `builder(writer, params)` as dataset `name` with per-profile params."""
+    for p in profiles:
+        check_profile(p, "profiles")
+
+    def deco(builder: Callable[["DatasetWriter", dict], None]) -> Callable:
+        _REGISTRY[name] = DatasetSpec(name, description, builder, dict(profiles), seed, version, system)
+        return builder
+    return deco
+
+
+def list_datasets() -> list[DatasetSpec]:
+    """Return the registered dataset specs (after importing every system that registers some)."""
+    _discover()
+    return sorted(_REGISTRY.values(), key=lambda s: s.name)
+
+
+def get_spec(name: str) -> DatasetSpec:
+    _discover()
+    if name not in _REGISTRY:
+        raise bad_value("name", name, "one of " + (", ".join(sorted(_REGISTRY)) or "(none registered)"))
+    return _REGISTRY[name]
+
+
+def _discover() -> None:
+    """Import each system's `datasets` module so its datasets register themselves."""
+    import importlib
+    import pkgutil
+
+    import labkit
+    for mod in pkgutil.iter_modules(labkit.__path__):
+        if mod.ispkg and mod.name not in ("core", "ui"):
+            with contextlib.suppress(ModuleNotFoundError):
+                importlib.import_module(f"labkit.{mod.name}.datasets")
+
+
+def data_root() -> Path:
+    """Where datasets live: $LABKIT_DATA, else the repo's data/ folder, else ~/.cache/labkit/data."""
+    env = os.environ.get("LABKIT_DATA")
+    if env:
+        return Path(env)
+    repo_data = Path(__file__).resolve().parents[2] / "data"
+    if repo_data.is_dir() and os.access(repo_data, os.W_OK):
+        return repo_data
+    return Path.home() / ".cache" / "labkit" / "data"
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while True:
+            b = fh.read(_CHUNK)
+            if not b:
+                break
+            h.update(b)
+        with contextlib.suppress(OSError, AttributeError):
+            # Hashing must not leave the file in the page cache: disk benches rely on cold reads.
+            os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    return h.hexdigest()
+
+
+class _Stream:
+    """Appends row chunks to one raw file, hashing as it goes."""
+
+    def __init__(self, path: Path, dtype: np.dtype, row_shape: tuple[int, ...]) -> None:
+        self.path, self.dtype, self.row_shape = path, np.dtype(dtype), tuple(row_shape)
+        self.rows = 0
+        self._h = hashlib.sha256()
+        self._fh = open(path, "wb")
+
+    def append(self, chunk: np.ndarray) -> None:
+        a = np.ascontiguousarray(chunk, dtype=self.dtype)
+        if a.shape[1:] != self.row_shape:
+            raise ValueError(f"chunk shape {a.shape} does not match row shape {self.row_shape}")
+        b = memoryview(a).cast("B")
+        self._fh.write(b)
+        self._h.update(b)
+        self.rows += a.shape[0]
+
+    def close(self) -> dict:
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+        return {"file": self.path.name, "shape": [self.rows, *self.row_shape], "dtype": self.dtype.str,
+                "bytes": self.path.stat().st_size, "sha256": self._h.hexdigest()}
+
+
+class DatasetWriter:
+    """Collects a dataset's files in a temporary folder; the registry commits them atomically."""
+
+    def __init__(self, tmpdir: Path, spec: DatasetSpec, profile: str, params: dict) -> None:
+        self.dir = tmpdir
+        self.spec, self.profile, self.params = spec, profile, params
+        self.seed = int(params.get("seed", spec.seed))
+        self.meta: dict[str, Any] = {}
+        self.files: dict[str, dict] = {}
+
+    def rng(self, stream: int = 0) -> np.random.Generator:
+        """A generator seeded from the dataset seed and a stream number."""
+        return np.random.default_rng([self.seed, stream])
+
+    def array(self, key: str, arr: np.ndarray) -> None:
+        """Store `arr` as raw bytes in ``key.bin`` (shape and dtype go in the manifest)."""
+        with self.stream(key, arr.dtype, arr.shape[1:]) as s:
+            flat = arr.reshape(arr.shape[0], -1) if arr.ndim > 1 else arr
+            step = max(1, _CHUNK // max(1, arr.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))))
+            for i in range(0, arr.shape[0], step):
+                s.append(flat[i:i + step].reshape((-1,) + arr.shape[1:]))
+            if arr.shape[0] == 0:
+                s.append(arr)
+
+    @contextlib.contextmanager
+    def stream(self, key: str, dtype: Any, row_shape: tuple[int, ...] = (), *,
+               align: int = 0) -> Iterator[_Stream]:
+        """Yield a stream that appends row chunks to ``key.bin``; for data larger than RAM.
+
+        `align` pads the file with zeros to a multiple of that many bytes (for O_DIRECT reads);
+        the manifest's shape counts only real rows.
+        """
+        self._check_key(key)
+        s = _Stream(self.dir / f"{key}.bin", dtype, row_shape)
+        yield s
+        if align:
+            pad = (-s.path.stat().st_size if False else -(s.rows * s.dtype.itemsize * int(np.prod(s.row_shape, dtype=np.int64)))) % align
+            if pad:
+                s._fh.write(b"\0" * pad)
+                s._h.update(b"\0" * pad)
+        info = s.close()
+        info["align"] = align
+        self.files[key] = info
+
+    def path(self, key: str, suffix: str) -> Path:
+        """Return a path for a free-form file (e.g. JPEGs, CSV) that is hashed when committed."""
+        self._check_key(key)
+        p = self.dir / f"{key}{suffix}"
+        self.files[key] = {"file": p.name}
+        return p
+
+    def _check_key(self, key: str) -> None:
+        if not key or "/" in key or key.startswith(".") or key in self.files:
+            raise ValueError(f"key={key!r} is not accepted; expected a new plain file name")
+
+    def _finish(self) -> dict:
+        for key, info in self.files.items():
+            p = self.dir / info["file"]
+            if "sha256" not in info:
+                if p.is_dir():
+                    raise ValueError(f"key={key!r} is a folder; expected a file")
+                info.update(bytes=p.stat().st_size, sha256=_sha256_file(p))
+        return {"name": self.spec.name, "profile": self.profile, "version": self.spec.version,
+                "seed": self.seed, "params": self.params, "meta": self.meta, "files": self.files,
+                "created": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}
+
+
+@dataclass
+class Dataset:
+    """A built, verified dataset: files on disk plus their manifest."""
+
+    name: str
+    profile: str
+    dir: Path
+    manifest: dict = field(repr=False)
+
+    @property
+    def meta(self) -> dict:
+        return self.manifest.get("meta", {})
+
+    @property
+    def params(self) -> dict:
+        return self.manifest.get("params", {})
+
+    def path(self, key: str) -> Path:
+        return self.dir / self._info(key)["file"]
+
+    def info(self, key: str) -> dict:
+        return dict(self._info(key))
+
+    def _info(self, key: str) -> dict:
+        files = self.manifest["files"]
+        if key not in files:
+            raise KeyError(f"key={key!r} is not in dataset {self.name}; have {', '.join(files)}")
+        return files[key]
+
+    def array(self, key: str, *, mmap: bool = True) -> np.ndarray:
+        """The array stored under `key`: a read-only memmap, or a copy in RAM with mmap=False."""
+        info = self._info(key)
+        shape, dtype = tuple(info["shape"]), np.dtype(info["dtype"])
+        if int(np.prod(shape, dtype=np.int64)) == 0:
+            return np.zeros(shape, dtype)
+        if mmap:
+            return np.memmap(self.path(key), dtype=dtype, mode="r", shape=shape)
+        out = np.empty(shape, dtype)
+        with open(self.path(key), "rb") as fh:
+            fh.readinto(memoryview(out.reshape(-1)).cast("B"))
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(f.get("bytes", 0)) for f in self.manifest["files"].values())
+
+
+def _rebuild_hint(name: str, profile: str) -> str:
+    return f"rebuild it with: labkit data make {name} --profile {profile} --force"
+
+
+_VERIFIED: dict[tuple, bool] = {}
+
+
+def verify(ds_dir: Path, name: str, profile: str, *, full: bool = True) -> dict:
+    """Return the manifest of `ds_dir` after checking every file's size (and sha256 if `full`)."""
+    mpath = ds_dir / MANIFEST
+    try:
+        manifest = json.loads(mpath.read_text())
+    except FileNotFoundError:
+        raise DatasetError(f"{mpath} is missing; {_rebuild_hint(name, profile)}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise DatasetError(f"{mpath} is not valid JSON; {_rebuild_hint(name, profile)}") from None
+    for key, info in manifest.get("files", {}).items():
+        p = ds_dir / info["file"]
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            raise DatasetError(f"{p} is missing; {_rebuild_hint(name, profile)}") from None
+        if st.st_size != info["bytes"]:
+            raise DatasetError(f"{p} is truncated or altered ({st.st_size} bytes, manifest says "
+                               f"{info['bytes']}); {_rebuild_hint(name, profile)}")
+        if full:
+            k = (str(p), st.st_mtime_ns, st.st_size)
+            if not _VERIFIED.get(k):
+                if _sha256_file(p) != info["sha256"]:
+                    raise DatasetError(f"{p} is corrupted (sha256 does not match the manifest); "
+                                       f"{_rebuild_hint(name, profile)}")
+                _VERIFIED[k] = True
+    return manifest
+
+
+def dataset_dir(name: str, profile: str, root: Path | None = None) -> Path:
+    return Path(root or data_root()) / name / profile
+
+
+def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = None, force: bool = False,
+                 params: dict | None = None) -> Dataset:
+    """Build dataset `name` at `profile` unless a valid copy exists; `force` rebuilds and swaps it in.
+
+    An existing copy that fails verification is never silently rebuilt over: that raises
+    DatasetError unless `force` is given.
+    """
+    spec = get_spec(name)
+    profile = check_profile(profile)
+    if profile not in spec.profiles:
+        raise bad_value("profile", profile, f"one of {', '.join(spec.profiles)} for dataset {name}")
+    final = dataset_dir(name, profile, Path(root) if root else None)
+    if final.exists() and not force:
+        return open_dataset(name, profile, root=root, build=False)
+    p = dict(spec.profiles[profile])
+    p.update(params or {})
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{profile}.building-", dir=final.parent))
+    try:
+        w = DatasetWriter(tmp, spec, profile, p)
+        spec.builder(w, p)
+        atomic_write_json(tmp / MANIFEST, w._finish())
+        if final.exists():
+            old = final.parent / f".{profile}.old-{uuid.uuid4().hex[:8]}"
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if not final.exists():
+                    raise
+                # Another process finished the same build first; keep theirs.
+                shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return open_dataset(name, profile, root=root, build=False)
+
+
+def open_dataset(name: str, profile: str = "ci", *, root: str | Path | None = None, build: bool = True,
+                 full_verify: bool = True) -> Dataset:
+    """Return dataset `name` at `profile`, building it first if absent and `build` is true."""
+    spec = get_spec(name)
+    profile = check_profile(profile)
+    d = dataset_dir(name, profile, Path(root) if root else None)
+    if not d.exists():
+        if not build:
+            raise DatasetError(f"dataset {name} ({profile}) is not built at {d}; build it with: "
+                               f"labkit data make {name} --profile {profile}")
+        return make_dataset(name, profile, root=root)
+    manifest = verify(d, name, profile, full=full_verify)
+    if manifest.get("version") != spec.version:
+        raise DatasetError(f"{d / MANIFEST} has version {manifest.get('version')}, labkit expects "
+                           f"{spec.version}; {_rebuild_hint(name, profile)}")
+    return Dataset(name, profile, d, manifest)

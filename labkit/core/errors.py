@@ -1,0 +1,45 @@
+"""One style of error for bad input: name the argument, the value, and what is accepted."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+
+class LabkitError(Exception):
+    """An error a user can act on; the CLI prints it on one line."""
+
+
+def _fmt(value: Any) -> str:
+    return repr(value)
+
+
+def bad_value(arg: str, value: Any, accepted: str, exc: type[Exception] = ValueError) -> Exception:
+    """Return (not raise) an exception whose message names `arg`, `value` and what is accepted."""
+    return exc(f"{arg}={_fmt(value)} is not accepted; expected {accepted}")
+
+
+def check_choice(arg: str, value: Any, choices: Iterable[Any]) -> Any:
+    """Return `value` if it is one of `choices`, else raise ValueError listing them."""
+    choices = list(choices)
+    if value not in choices:
+        raise bad_value(arg, value, "one of " + ", ".join(map(str, choices)))
+    return value
+
+
+def check_range(arg: str, value: Any, lo: float | None = None, hi: float | None = None,
+                *, lo_open: bool = False, hi_open: bool = False, integer: bool = False) -> Any:
+    """Return `value` if it lies in the stated interval (and is an int when `integer`), else raise."""
+    lb = "(" if lo_open else "["
+    rb = ")" if hi_open else "]"
+    kind = "an integer" if integer else "a number"
+    accepted = f"{kind} in {lb}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{rb}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            integer and not float(value).is_integer()):
+        raise bad_value(arg, value, accepted)
+    if value != value:  # NaN
+        raise bad_value(arg, value, accepted)
+    if lo is not None and (value < lo or (lo_open and value == lo)):
+        raise bad_value(arg, value, accepted)
+    if hi is not None and (value > hi or (hi_open and value == hi)):
+        raise bad_value(arg, value, accepted)
+    return value

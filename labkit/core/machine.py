@@ -1,0 +1,79 @@
+"""What machine a measurement was taken on."""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import shutil
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_name() -> str:
+    """Return the CPU model name from /proc/cpuinfo, or platform.processor()."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cores() -> int:
+    """Return the number of CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        return os.cpu_count() or 1
+
+
+def memory_bytes() -> int:
+    """Return total physical memory in bytes."""
+    import psutil
+    return int(psutil.virtual_memory().total)
+
+
+def gpu_info() -> dict | None:
+    """Return {name, memory_bytes, count} of the first NVIDIA GPU, or None (nvidia-ml-py, lazily)."""
+    try:
+        import pynvml  # provided by nvidia-ml-py
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        n = pynvml.nvmlDeviceGetCount()
+        if n == 0:
+            return None
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(h)
+        mem = pynvml.nvmlDeviceGetMemoryInfo(h).total
+        return {"name": name if isinstance(name, str) else name.decode(), "memory_bytes": int(mem),
+                "count": int(n)}
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def chromium_path() -> str | None:
+    """Return the path of a Chromium binary on PATH, or None."""
+    for name in ("chromium", "chromium-browser"):
+        p = shutil.which(name)
+        if p:
+            return p
+    return None
+
+
+def machine_info() -> dict:
+    """Return the machine block of a bench JSON: cpu, cores, memory, gpu."""
+    gpu = gpu_info()
+    return {"cpu": cpu_name(), "cores": cores(), "memory": memory_bytes(),
+            "gpu": gpu["name"] if gpu else None}

@@ -1,0 +1,122 @@
+"""One hard memory budget shared by everything a system holds (caches, buffers, queues)."""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+import numpy as np
+
+from labkit.core.errors import LabkitError, bad_value
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
+
+
+def parse_bytes(value: int | float | str, arg: str = "size") -> int:
+    """Return a byte count from an int or a string like '512MiB', '1.5 GiB', '200mb'."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0:
+        return int(value)
+    if isinstance(value, float) and value >= 0 and value == value:
+        return int(value)
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
+        if m and m.group(2).lower() in _UNITS:
+            return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    raise bad_value(arg, value, "a non-negative byte count such as 1048576, '512MiB' or '1.5GiB'")
+
+
+def fmt_bytes(n: float) -> str:
+    """Return `n` bytes in binary units, e.g. '1.5 GiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+class BudgetExceeded(LabkitError, MemoryError):
+    """A reservation would take the budget past its limit."""
+
+
+class Reservation:
+    """Bytes held against a budget by one owner; release() (or leaving the `with`) gives them back."""
+
+    def __init__(self, budget: "MemoryBudget", owner: str, nbytes: int) -> None:
+        self.budget, self.owner, self.nbytes = budget, owner, nbytes
+        self.released = False
+
+    def resize(self, nbytes: int) -> None:
+        """Grow or shrink this reservation; raises BudgetExceeded (and keeps the old size) if it won't fit."""
+        self.budget._change(self, int(nbytes) - self.nbytes)
+        self.nbytes = int(nbytes)
+
+    def release(self) -> None:
+        if not self.released:
+            self.budget._change(self, -self.nbytes)
+            self.released = True
+
+    def __enter__(self) -> "Reservation":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"Reservation({self.owner!r}, {fmt_bytes(self.nbytes)})"
+
+
+class MemoryBudget:
+    """A hard cap on accounted bytes; every cache, buffer and queue reserves before it allocates."""
+
+    def __init__(self, total: int | str, name: str = "memory budget") -> None:
+        self.total = parse_bytes(total, "total")
+        self.name = name
+        self.used = 0
+        self.peak = 0
+        self._owners: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def free(self) -> int:
+        return self.total - self.used
+
+    def reserve(self, owner: str, nbytes: int) -> Reservation:
+        """Reserve `nbytes` for `owner`, or raise BudgetExceeded naming who asked and what is left."""
+        nbytes = parse_bytes(nbytes, "nbytes")
+        r = Reservation(self, owner, 0)
+        self._change(r, nbytes)
+        r.nbytes = nbytes
+        return r
+
+    def array(self, owner: str, shape: Any, dtype: Any = np.float32) -> tuple[np.ndarray, Reservation]:
+        """Allocate a zeroed array charged to `owner`; returns (array, reservation)."""
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        r = self.reserve(owner, nbytes)
+        return np.zeros(shape, dtype), r
+
+    def _change(self, r: Reservation, delta: int) -> None:
+        with self._lock:
+            if delta > 0 and self.used + delta > self.total:
+                raise BudgetExceeded(
+                    f"{r.owner} asked for {fmt_bytes(delta)} but the {self.name} of "
+                    f"{fmt_bytes(self.total)} has {fmt_bytes(self.free)} free "
+                    f"(held: {self._held_text()})")
+            self.used += delta
+            self.peak = max(self.peak, self.used)
+            self._owners[r.owner] = self._owners.get(r.owner, 0) + delta
+            if self._owners[r.owner] == 0:
+                del self._owners[r.owner]
+
+    def _held_text(self) -> str:
+        return ", ".join(f"{o} {fmt_bytes(b)}" for o, b in self._owners.items()) or "nothing"
+
+    def report(self) -> dict:
+        """Return {total, used, peak, free, owners: {owner: bytes}}."""
+        with self._lock:
+            return {"total": self.total, "used": self.used, "peak": self.peak, "free": self.free,
+                    "owners": dict(self._owners)}
+
+    def __repr__(self) -> str:
+        return f"MemoryBudget({fmt_bytes(self.total)}, used {fmt_bytes(self.used)}, peak {fmt_bytes(self.peak)})"
