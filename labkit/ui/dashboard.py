@@ -1,0 +1,195 @@
+"""Live utilisation dashboard: CPU per core, memory, disk I/O, GPU, plus any extra series."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any, Callable
+
+
+class _Gpu:
+    """GPU utilisation via nvidia-ml-py, imported lazily; absent GPUs read as None."""
+
+    def __init__(self) -> None:
+        self.h = None
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            if pynvml.nvmlDeviceGetCount() > 0:
+                self.nvml = pynvml
+                self.h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:
+            self.h = None
+
+    def read(self) -> tuple[float | None, float | None]:
+        if self.h is None:
+            return None, None
+        try:
+            u = self.nvml.nvmlDeviceGetUtilizationRates(self.h)
+            m = self.nvml.nvmlDeviceGetMemoryInfo(self.h)
+            return float(u.gpu), 100.0 * m.used / m.total
+        except Exception:
+            return None, None
+
+    def close(self) -> None:
+        if self.h is not None:
+            try:
+                self.nvml.nvmlShutdown()
+            except Exception:
+                pass
+
+
+class Dashboard:
+    """Samples the machine about twice a second into a plotly FigureWidget from a background thread.
+
+    Use as a context manager around a workload (``with Dashboard() as d: display(d.view); work()``)
+    or call start()/stop(). `extra` maps a series name to a zero-argument callable (queue depth,
+    workers, hit rate...) sampled alongside. `samples` keeps every sample as a dict.
+    """
+
+    def __init__(self, interval: float = 0.5, window: int = 240, extra: dict[str, Callable[[], float]] | None = None,
+                 *, figure: bool = True, title: str = "utilisation") -> None:
+        from labkit.core.errors import check_range
+        check_range("interval", interval, 0.05, 60)
+        check_range("window", window, 2, integer=True)
+        self.interval, self.window = float(interval), int(window)
+        self.extra = dict(extra or {})
+        self.samples: list[dict] = []
+        self._buf: deque = deque(maxlen=self.window)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._gpu: _Gpu | None = None
+        self.fig = self._make_fig(title) if figure else None
+        self.view = self._make_view() if figure else None
+        self.errors: list[str] = []
+
+    # figure -----------------------------------------------------------------------------
+    def _make_fig(self, title: str) -> Any:
+        import plotly.graph_objects as go
+        from plotly.subplots import make_subplots
+
+        import psutil
+        ncpu = psutil.cpu_count() or 1
+        rows = 3 + (1 if self.extra else 0)
+        titles = ["CPU % per core", "memory % / GPU %", "disk MB/s"] + (["extra"] if self.extra else [])
+        base = make_subplots(rows=rows, cols=1, shared_xaxes=True, subplot_titles=titles, vertical_spacing=0.08)
+        fig = go.FigureWidget(base)
+        for i in range(ncpu):
+            fig.add_scatter(x=[], y=[], name=f"cpu{i}", mode="lines", row=1, col=1)
+        fig.add_scatter(x=[], y=[], name="memory %", mode="lines", row=2, col=1)
+        fig.add_scatter(x=[], y=[], name="GPU util %", mode="lines", row=2, col=1)
+        fig.add_scatter(x=[], y=[], name="GPU mem %", mode="lines", row=2, col=1)
+        fig.add_scatter(x=[], y=[], name="read MB/s", mode="lines", row=3, col=1)
+        fig.add_scatter(x=[], y=[], name="write MB/s", mode="lines", row=3, col=1)
+        for name in self.extra:
+            fig.add_scatter(x=[], y=[], name=name, mode="lines", row=4, col=1)
+        fig.update_yaxes(range=[0, 100], row=1, col=1)
+        fig.update_yaxes(range=[0, 100], row=2, col=1)
+        fig.update_layout(height=180 * rows + 60, title=title, margin=dict(l=40, r=10, t=60, b=30))
+        self._ncpu = ncpu
+        return fig
+
+    def _make_view(self) -> Any:
+        import ipywidgets as W
+        self._status = W.HTML("stopped")
+        return W.VBox([self._status, self.fig])
+
+    # sampling ---------------------------------------------------------------------------
+    def sample(self) -> dict:
+        """Take one sample now (also used by the thread); returns it."""
+        import psutil
+        now = time.monotonic()
+        cpu = psutil.cpu_percent(percpu=True)
+        mem = psutil.virtual_memory().percent
+        io = psutil.disk_io_counters()
+        rd, wr = (io.read_bytes, io.write_bytes) if io else (0, 0)
+        if self._last_io is not None and now > self._last_io[0]:
+            dt = now - self._last_io[0]
+            rbps, wbps = (rd - self._last_io[1]) / dt, (wr - self._last_io[2]) / dt
+        else:
+            rbps = wbps = 0.0
+        self._last_io = (now, rd, wr)
+        gu, gm = self._gpu.read() if self._gpu else (None, None)
+        s = {"t": now - self._t0, "cpu": cpu, "mem": mem, "disk_read_Bps": rbps, "disk_write_Bps": wbps,
+             "gpu_util": gu, "gpu_mem": gm}
+        for name, fn in self.extra.items():
+            try:
+                s[name] = float(fn())
+            except Exception as exc:  # a broken probe must not kill the dashboard
+                s[name] = None
+                if len(self.errors) < 10:
+                    self.errors.append(f"{name}: {exc}")
+        self.samples.append(s)
+        self._buf.append(s)
+        return s
+
+    def _draw(self) -> None:
+        if self.fig is None or not self._buf:
+            return
+        buf = list(self._buf)
+        t = [s["t"] for s in buf]
+        ys = [[s["cpu"][i] if i < len(s["cpu"]) else None for s in buf] for i in range(self._ncpu)]
+        ys += [[s["mem"] for s in buf], [s["gpu_util"] for s in buf], [s["gpu_mem"] for s in buf],
+               [s["disk_read_Bps"] / 1e6 for s in buf], [s["disk_write_Bps"] / 1e6 for s in buf]]
+        ys += [[s.get(name) for s in buf] for name in self.extra]
+        with self.fig.batch_update():
+            for tr, y in zip(self.fig.data, ys):
+                tr.x, tr.y = t, y
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            try:
+                self._draw()
+            except Exception as exc:  # pragma: no cover - a closed comm, say
+                if len(self.errors) < 10:
+                    self.errors.append(f"draw: {exc}")
+            self._stop.wait(self.interval)
+
+    def start(self) -> "Dashboard":
+        """Start sampling in a daemon thread (idempotent)."""
+        if self._thread is not None and self._thread.is_alive():
+            return self
+        import psutil
+        psutil.cpu_percent(percpu=True)  # prime: the first call measures since the last one
+        self._t0 = time.monotonic()
+        self._last_io = None
+        self._gpu = _Gpu()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="labkit-dashboard", daemon=True)
+        self._thread.start()
+        if self.view is not None:
+            self._status.value = "<span style='color:green'>sampling</span>"
+        return self
+
+    def stop(self) -> None:
+        """Stop the thread and wait for it; the figure keeps the last window."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5 * self.interval + 5)
+            self._thread = None
+        if self._gpu is not None:
+            self._gpu.close()
+            self._gpu = None
+        if self.view is not None:
+            self._status.value = f"stopped after {len(self.samples)} samples"
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def __enter__(self) -> "Dashboard":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def summary(self) -> dict:
+        """Mean CPU %, peak memory %, peak disk read MB/s over all samples."""
+        if not self.samples:
+            return {"samples": 0}
+        cpu = [sum(s["cpu"]) / max(1, len(s["cpu"])) for s in self.samples]
+        return {"samples": len(self.samples), "cpu_mean": sum(cpu) / len(cpu),
+                "mem_peak": max(s["mem"] for s in self.samples),
+                "disk_read_peak_MBps": max(s["disk_read_Bps"] for s in self.samples) / 1e6}

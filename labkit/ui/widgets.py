@@ -1,0 +1,70 @@
+"""Slider-driven plots whose observer logic is plain Python (testable without a browser)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+@dataclass
+class SliderState:
+    """What a slider_plot has done: current control values, last update result, update count."""
+
+    controls: dict
+    update: Callable[[Any, dict], Any]
+    fig: Any
+    values: dict = field(default_factory=dict)
+    result: Any = None
+    updates: int = 0
+    error: str | None = None
+
+    def refresh(self) -> Any:
+        """Re-read the controls and run the update inside one batched figure update."""
+        self.values = {k: w.value for k, w in self.controls.items()}
+        try:
+            with self.fig.batch_update():
+                self.result = self.update(self.fig, dict(self.values))
+            self.error = None
+        except ValueError as exc:
+            # Bad combinations of slider values are shown, not raised into the widget callback.
+            self.error = str(exc)
+            _set_title_note(self.fig, f"error: {exc}")
+        self.updates += 1
+        return self.result
+
+
+def _set_title_note(fig: Any, text: str) -> None:
+    try:
+        fig.layout.title = text
+    except Exception:  # pragma: no cover
+        pass
+
+
+def slider_plot(controls: dict, update: Callable[[Any, dict], Any], fig: Any, *,
+                title: str | None = None, continuous: bool = False) -> tuple[Any, Any, SliderState]:
+    """Return ``(view, fig, state)``: `controls` above `fig`, re-drawn by `update(fig, values)`.
+
+    `update` mutates the figure (it runs inside ``fig.batch_update()``) and may return anything,
+    kept in ``state.result``. It runs once now and again whenever a control's value changes;
+    tests drive it by setting ``controls[name].value`` and reading `fig` and `state`.
+    """
+    import ipywidgets as W
+
+    if not controls:
+        raise ValueError("controls={} is not accepted; expected at least one widget")
+    for k, w in controls.items():
+        if not hasattr(w, "value") or not hasattr(w, "observe"):
+            raise ValueError(f"controls[{k!r}]={w!r} is not accepted; expected an ipywidgets value widget")
+        if not continuous and hasattr(w, "continuous_update"):
+            w.continuous_update = False
+        if not getattr(w, "description", ""):
+            w.description = k
+    state = SliderState(controls, update, fig)
+    for w in controls.values():
+        w.observe(lambda change: state.refresh(), names="value")
+    state.refresh()
+    children = []
+    if title:
+        children.append(W.HTML(f"<b>{title}</b>"))
+    children += [W.HBox(list(controls.values()), layout=W.Layout(flex_flow="row wrap")), fig]
+    return W.VBox(children), fig, state
