@@ -1,0 +1,65 @@
+"""`labkit doctor`: what this machine has, one verdict line per item."""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import sys
+from pathlib import Path
+
+from labkit.core import machine
+from labkit.core.memory import fmt_bytes
+
+_PACKAGES = ("torch", "numpy", "numba", "scipy", "pandas", "torch_geometric", "plotly", "ipywidgets",
+             "anywidget", "jupyterlab", "papermill", "dask", "distributed", "psutil", "tqdm")
+_OPTIONAL = ("cupy", "pynvml", "playwright", "torchrec", "fbgemm_gpu")
+
+
+def _version(mod: str) -> str | None:
+    try:
+        m = importlib.import_module(mod)
+    except Exception:
+        return None
+    return str(getattr(m, "__version__", "installed"))
+
+
+def checks() -> list[tuple[str, str, str]]:
+    """Return (item, status 'ok'|'warn'|'fail', detail) for each thing the lab needs."""
+    out: list[tuple[str, str, str]] = []
+    py = sys.version.split()[0]
+    out.append(("python", "ok" if sys.version_info[:2] >= (3, 11) else "fail", py))
+    for p in _PACKAGES:
+        v = _version(p)
+        out.append((p, "ok" if v else "fail", v or "missing: run `make lab` or `pip install -e .[dev]`"))
+    for p in _OPTIONAL:
+        v = _version(p)
+        out.append((p, "ok" if v else "warn", v or "not installed (optional)"))
+    cores = machine.cores()
+    out.append(("cores", "ok" if cores >= 2 else "warn", f"{cores} ({machine.cpu_name()})"))
+    mem = machine.memory_bytes()
+    out.append(("memory", "ok" if mem >= 8 << 30 else "warn", fmt_bytes(mem) + ("" if mem >= 8 << 30 else
+                                                                          "; 'small' profiles want 8 GiB")))
+    from labkit.core.datasets import data_root
+    root = data_root()
+    probe = root if root.exists() else Path.home()
+    free = shutil.disk_usage(probe).free
+    out.append(("disk", "ok" if free >= 10 << 30 else "warn", f"{fmt_bytes(free)} free at {probe}"
+                + ("" if free >= 10 << 30 else "; 'small' datasets want ~10 GiB")))
+    gpu = machine.gpu_info()
+    out.append(("gpu", "ok" if gpu else "warn", f"{gpu['name']} ({fmt_bytes(gpu['memory_bytes'])})" if gpu else
+                "none: GPU kernels and tests are skipped; CPU paths run"))
+    chrome = machine.chromium_path()
+    out.append(("chromium", "ok" if chrome else "warn", chrome or "absent: browser tests are skipped "
+                "(apt-get install chromium)"))
+    return out
+
+
+def run_doctor() -> int:
+    """Print the checks; exit code 1 if anything required failed."""
+    rows = checks()
+    width = max(len(r[0]) for r in rows)
+    for item, status, detail in rows:
+        print(f"{status.upper():<5} {item:<{width}}  {detail}")
+    fails = [r for r in rows if r[1] == "fail"]
+    print(f"\nverdict: {'ready' if not fails else str(len(fails)) + ' required item(s) missing'}")
+    return 1 if fails else 0
