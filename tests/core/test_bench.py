@@ -1,0 +1,94 @@
+import json
+import math
+import time
+
+import pytest
+
+from labkit.core.bench import Bench, Claim, claims_markdown, update_benchmarks_md, write_json
+
+
+def test_compare_interleaves_and_ratios():
+    calls = []
+
+    def slow():
+        calls.append("slow")
+        time.sleep(0.004)
+
+    def fast():
+        calls.append("fast")
+        time.sleep(0.001)
+
+    b = Bench("toy", "ci", progress=False)
+    c = b.compare("case", {"slow": slow, "fast": fast}, repeats=4, warmup=1)
+    # warm-up runs both once, then rounds alternate with rotated order
+    assert calls[2:] == ["slow", "fast", "fast", "slow", "slow", "fast", "fast", "slow"]
+    assert len(c.times["slow"]) == len(c.times["fast"]) == 4
+    assert c.ratio("slow", "fast") > 1.5
+    assert c.median("slow") > c.median("fast")
+    assert c.best_ratio(["slow", "fast"], "fast") == pytest.approx(1.0)
+
+
+def test_ratio_is_pairwise_median():
+    from labkit.core.bench import Comparison
+    c = Comparison("x", {"a": [1.0, 10.0, 2.0], "b": [0.5, 10.0, 4.0]})
+    assert c.ratio("a", "b") == pytest.approx(1.0)  # ratios 2, 1, 0.5 -> median 1
+
+
+def test_memory_records_peak_growth():
+    import numpy as np
+    b = Bench("toy", "ci", progress=False)
+    c = b.compare("alloc", {"big": lambda: np.ones(50_000_000, np.uint8).sum(),
+                            "none": lambda: None}, repeats=2, memory=True)
+    if c.peak_mem["big"] is not None and c.peak_mem["big"] > 0:
+        assert c.peak_mem["big"] > 30e6
+        assert c.peak_mem["none"] < c.peak_mem["big"]
+
+
+def test_claims_measure_verdict_and_json(tmp_path):
+    claims = [Claim("toy.speed", "toy is fast", "2x", 1.5), Claim("toy.err", "low error", "0", 0.1, "", "<=")]
+    b = Bench("toy", "ci", claims, progress=False)
+    b.measure("toy.speed", 2.0)
+    b.record("toy.extra", 3)
+    with pytest.raises(KeyError, match="toy.nope"):
+        b.measure("toy.nope", 1)
+    rep = b.report()
+    verdicts = {c.id: c.verdict for c in rep.claims}
+    assert verdicts == {"toy.speed": "pass", "toy.err": "not measured"}
+    j = tmp_path / "r.json"
+    write_json(rep, str(j))
+    d = json.loads(j.read_text())
+    assert set(d) >= {"system", "profile", "machine", "results", "claims"}
+    assert set(d["machine"]) >= {"cpu", "cores", "memory", "gpu"}
+    assert d["results"]["toy.speed"] == 2.0 and d["results"]["toy.extra"] == 3.0
+    assert {"id", "claim", "paper", "measured", "target", "unit"} <= set(d["claims"][0])
+    md = rep.to_markdown()
+    assert "toy.speed" in md and "pass" in md
+
+
+def test_claim_rejects_bad_op():
+    with pytest.raises(ValueError, match="op="):
+        Claim("a", "b", "c", 1.0, op=">")
+
+
+def test_miss_is_reported():
+    c = Claim("x", "y", "z", 2.0, measured=1.2)
+    assert c.passed is False and c.verdict == "miss"
+    assert "miss" in claims_markdown([c])
+
+
+def test_bad_profile_and_repeats():
+    with pytest.raises(ValueError, match="profile='huge'.*ci, small, large"):
+        Bench("toy", "huge")
+    b = Bench("toy", "ci", progress=False)
+    with pytest.raises(ValueError, match="repeats=0"):
+        b.compare("c", {"a": lambda: None}, repeats=0)
+
+
+def test_update_benchmarks_md_replaces_only_its_section(tmp_path):
+    p = tmp_path / "B.md"
+    update_benchmarks_md(str(p), "a:ci", "table A1")
+    update_benchmarks_md(str(p), "b:ci", "table B1")
+    update_benchmarks_md(str(p), "a:ci", "table A2")
+    text = p.read_text()
+    assert "table A2" in text and "table B1" in text and "table A1" not in text
+    assert text.count("labkit-bench:a:ci begin") == 1

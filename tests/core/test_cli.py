@@ -1,0 +1,60 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from labkit import cli
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "labkit.cli", *args], capture_output=True, text=True)
+
+
+def test_help_lists_commands():
+    r = run("--help")
+    assert r.returncode == 0
+    for word in ("doctor", "lab", "data", "bench", "reproduce", "examples"):
+        assert word in r.stdout
+
+
+def test_unknown_system_and_profile_are_one_line_exit_2():
+    r = run("bench", "nosuch")
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0
+    assert "system='nosuch'" in r.stderr and "spmm, graph, disk, dataworkers, recsys" in r.stderr
+    r = run("bench", "spmm", "--profile", "huge")
+    assert r.returncode == 2 and "huge" in r.stderr and "ci" in r.stderr
+    r = run("data", "make", "nosuch")
+    assert r.returncode == 2 and "name='nosuch'" in r.stderr
+
+
+def test_doctor_answers():
+    r = run("doctor")
+    assert "verdict:" in r.stdout
+    assert "torch" in r.stdout and "chromium" in r.stdout and "gpu" in r.stdout
+
+
+def test_reproduce_prints_claims_table(tmp_path, monkeypatch):
+    """reproduce with a registered toy system: claims table, JSON and BENCHMARKS.md section."""
+    from labkit import catalog
+    from labkit.core.bench import Claim
+    from labkit.core.systems import System, register
+
+    def bench(b):
+        c = b.compare("c", {"a": lambda: sum(range(2000)), "b": lambda: sum(range(1000))}, repeats=3)
+        b.measure("toy.speedup", c.ratio("a", "b"))
+
+    register(System("toyrepro", "Toy", "toy paper", bench, [Claim("toy.speedup", "b beats a", "2x", 1.2)]))
+    monkeypatch.setattr(catalog, "NAMES", catalog.NAMES + ("toyrepro",))
+    monkeypatch.setattr(catalog, "CATALOG", catalog.CATALOG + (
+        catalog.Entry("toyrepro", "Toy", "toy", "labkit.core.systems", "x.ipynb"),))
+    js, md = tmp_path / "r.json", tmp_path / "B.md"
+    rc = cli.main(["reproduce", "--profile", "ci", "--only", "toyrepro", "--json", str(js), "--record", str(md),
+                   "--quiet"])
+    assert rc == 0
+    d = json.loads(js.read_text())
+    assert d[0]["system"] == "toyrepro" and d[0]["claims"][0]["id"] == "toy.speedup"
+    assert d[0]["claims"][0]["measured"] > 1.0
+    text = md.read_text()
+    assert "Claims table" in text and "toy.speedup" in text

@@ -1,0 +1,50 @@
+import json
+import math
+
+import pytest
+
+from labkit.core.atomic import atomic_open, atomic_write_json
+from labkit.core.errors import check_choice, check_range
+from labkit.core.metrics import ResultTable, record_metrics
+
+
+def test_check_choice_and_range_messages():
+    with pytest.raises(ValueError, match=r"^mode='x' is not accepted; expected one of a, b$"):
+        check_choice("mode", "x", ["a", "b"])
+    with pytest.raises(ValueError, match=r"sparsity=1.0 is not accepted; expected a number in \[0, 1\)"):
+        check_range("sparsity", 1.0, 0, 1, hi_open=True)
+    with pytest.raises(ValueError, match="n=2.5"):
+        check_range("n", 2.5, 1, 64, integer=True)
+    with pytest.raises(ValueError, match="x=nan"):
+        check_range("x", math.nan, 0, 1)
+    assert check_range("n", 4, 1, 64, integer=True) == 4
+
+
+def test_atomic_write_keeps_old_file_on_failure(tmp_path):
+    p = tmp_path / "f.json"
+    atomic_write_json(p, {"a": 1})
+    with pytest.raises(RuntimeError):
+        with atomic_open(p, "w") as fh:
+            fh.write("garbage")
+            raise RuntimeError("crash mid-write")
+    assert json.loads(p.read_text()) == {"a": 1}
+    assert [x.name for x in tmp_path.iterdir()] == ["f.json"]
+    with pytest.raises(FileExistsError, match="already exists"):
+        atomic_write_json(p, {"b": 2}, overwrite=False)
+
+
+def test_record_metrics(tmp_path):
+    import numpy as np
+    p = tmp_path / "m.json"
+    out = record_metrics({"a": np.float32(1.5), "b": {"c": np.int64(3)}, "l": [1, 2]}, str(p))
+    assert json.loads(p.read_text()) == out == {"a": 1.5, "b": {"c": 3}, "l": [1, 2]}
+    with pytest.raises(ValueError, match=r"metrics\['x'\]=inf"):
+        record_metrics({"x": float("inf")})
+
+
+def test_result_table_html():
+    t = ResultTable(title="t")
+    t.add(name="a", value=1.23456)
+    t.add(name="b", extra="<x>")
+    h = t._repr_html_()
+    assert "<th>extra</th>" in h and "&lt;x&gt;" in h and "1.235" in h

@@ -1,0 +1,54 @@
+import threading
+
+import pytest
+
+from labkit.core.memory import BudgetExceeded, MemoryBudget, fmt_bytes, parse_bytes
+
+
+def test_parse_bytes():
+    assert parse_bytes("1.5GiB") == 3 << 29
+    assert parse_bytes("512 MiB") == 512 << 20
+    assert parse_bytes(10) == 10
+    with pytest.raises(ValueError, match="total='lots'"):
+        MemoryBudget("lots")
+    with pytest.raises(ValueError, match="size=-1"):
+        parse_bytes(-1)
+
+
+def test_budget_never_exceeded_and_names_owner():
+    b = MemoryBudget("1MiB")
+    r1 = b.reserve("feature cache", 600 << 10)
+    with pytest.raises(BudgetExceeded, match="topology cache asked for 500.0 KiB.*424.0 KiB free.*feature cache"):
+        b.reserve("topology cache", 500 << 10)
+    assert b.used == 600 << 10
+    with pytest.raises(BudgetExceeded):
+        r1.resize(2 << 20)
+    assert r1.nbytes == 600 << 10 and b.used == 600 << 10
+    r1.resize(100 << 10)
+    with b.reserve("staging", 900 << 10):
+        assert b.free == (1 << 20) - (1000 << 10)
+    assert b.used == 100 << 10
+    r1.release()
+    r1.release()  # idempotent
+    assert b.used == 0 and b.peak == 1000 << 10
+    assert b.report()["owners"] == {}
+
+
+def test_budget_array_and_threads():
+    b = MemoryBudget(10_000_000)
+    a, r = b.array("buf", (1000, 10), "float32")
+    assert a.nbytes == 40_000 and b.used == 40_000
+    r.release()
+
+    def worker():
+        for _ in range(200):
+            with b.reserve("t", 1000):
+                pass
+    ts = [threading.Thread(target=worker) for _ in range(4)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    assert b.used == 0
+
+
+def test_fmt_bytes():
+    assert fmt_bytes(1536) == "1.5 KiB"

@@ -1,0 +1,72 @@
+import threading
+import time
+
+import ipywidgets as W
+import plotly.graph_objects as go
+import pytest
+
+from labkit.ui import Dashboard, slider_plot
+
+
+def test_slider_plot_observer_updates_figure():
+    fig = go.FigureWidget()
+    fig.add_scatter(x=[0, 1], y=[0, 0])
+    s = W.IntSlider(value=2, min=1, max=10)
+
+    def update(f, v):
+        f.data[0].y = [v["k"], v["k"] ** 2]
+        return {"sq": v["k"] ** 2}
+
+    view, fig2, state = slider_plot({"k": s}, update, fig, title="t")
+    assert fig2 is fig and state.updates == 1 and tuple(fig.data[0].y) == (2, 4)
+    s.value = 7
+    assert tuple(fig.data[0].y) == (7, 49) and state.result == {"sq": 49} and state.values == {"k": 7}
+    assert isinstance(view, W.VBox)
+
+
+def test_slider_plot_shows_bad_values_instead_of_raising():
+    fig = go.FigureWidget()
+    s = W.IntSlider(value=1, min=0, max=3)
+
+    def update(f, v):
+        if v["k"] == 0:
+            raise ValueError("k=0 is not accepted")
+
+    _, _, state = slider_plot({"k": s}, update, fig)
+    s.value = 0
+    assert state.error and "k=0" in fig.layout.title.text
+
+
+def test_slider_plot_rejects_non_widgets():
+    with pytest.raises(ValueError, match="controls"):
+        slider_plot({"k": 3}, lambda f, v: None, go.FigureWidget())
+
+
+def test_dashboard_samples_and_stops_cleanly():
+    before = {t.name for t in threading.enumerate()}
+    calls = []
+    with Dashboard(interval=0.1, extra={"queue depth": lambda: len(calls) or calls.append(1) or 1.0}) as d:
+        sum(i * i for i in range(300_000))
+        time.sleep(0.45)
+        assert d.running
+    assert not d.running
+    assert "labkit-dashboard" not in {t.name for t in threading.enumerate()} - before
+    assert len(d.samples) >= 3
+    s = d.samples[-1]
+    assert len(s["cpu"]) >= 1 and 0 <= s["mem"] <= 100 and s["queue depth"] == 1.0
+    # the figure holds the sampled window
+    assert len(d.fig.data[0].x) == min(len(d.samples), d.window)
+    assert d.summary()["samples"] == len(d.samples)
+
+
+def test_dashboard_survives_broken_probe():
+    def bad():
+        raise RuntimeError("probe broke")
+    with Dashboard(interval=0.05, extra={"bad": bad}) as d:
+        time.sleep(0.2)
+    assert d.samples and d.samples[-1]["bad"] is None and "probe broke" in d.errors[0]
+
+
+def test_dashboard_bad_interval():
+    with pytest.raises(ValueError, match="interval=0"):
+        Dashboard(interval=0)
