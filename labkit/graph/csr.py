@@ -1,0 +1,322 @@
+"""CSR (out-edges) and CSC (in-edges) topology, and the fast parallel builder that makes them.
+
+The builder is a two-pass counting sort: count each source's degree, prefix-sum into
+``indptr``, then scatter destinations into ``indices``. Both passes are numba kernels that
+release the GIL and split the work by *row range* (thread t owns rows [r_t, r_{t+1})), so no two
+threads write the same slot and no per-thread histograms are needed. The same kernels take
+edges in chunks, so an edge list larger than memory is built in two streaming passes
+(:func:`build_csr_chunked`) while only the CSR itself is held.
+
+Topology is kept apart from attributes (as in AliGraph): a :class:`CSR` holds ``indptr``,
+``indices`` and, when asked, ``eid`` (the input position of each stored edge) through which
+edge weights and attributes stored elsewhere are looked up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+from labkit.core.errors import bad_value, check_range
+
+
+@dataclass
+class CSR:
+    """Compressed sparse rows: row v's neighbours are ``indices[indptr[v]:indptr[v+1]]``.
+
+    Used for both directions: built from (src, dst) it holds out-edges (CSR); built from
+    (dst, src) it holds in-edges (CSC). ``eid[p]`` is the input edge id of stored edge p (None
+    when not tracked); ``weights[p]`` its weight (None when unweighted).
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    eid: np.ndarray | None = None
+    weights: np.ndarray | None = None
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.indptr) - 1
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indptr[-1])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the topology arrays (indptr, indices, eid and weights when present)."""
+        return sum(a.nbytes for a in (self.indptr, self.indices, self.eid, self.weights) if a is not None)
+
+    def degree(self) -> np.ndarray:
+        """Return every row's degree (int64)."""
+        return np.diff(self.indptr)
+
+    def neighbors(self, v: int) -> np.ndarray:
+        """Return row `v`'s neighbour ids (a view)."""
+        check_node_ids("v", np.asarray([v]), self.num_nodes)
+        return self.indices[self.indptr[v]:self.indptr[v + 1]]
+
+    def to_scipy(self):
+        """Return the topology as a scipy.sparse.csr_matrix (weights, or ones, as data)."""
+        import scipy.sparse as sp
+        data = self.weights if self.weights is not None else np.ones(self.num_edges, np.float32)
+        return sp.csr_matrix((data, self.indices, self.indptr), shape=(self.num_nodes, self.num_nodes))
+
+    def reverse(self) -> "CSR":
+        """Return the transpose (CSR <-> CSC), carrying eid and weights along."""
+        src = np.repeat(np.arange(self.num_nodes, dtype=self.indices.dtype), np.diff(self.indptr))
+        out = build_csr(self.indices, src, self.num_nodes, return_eid=True)
+        pos = out.eid  # positions in self
+        out.eid = self.eid[pos] if self.eid is not None else pos
+        if self.weights is not None:
+            out.weights = self.weights[pos]
+        return out
+
+
+def check_node_ids(arg: str, ids: np.ndarray, num_nodes: int) -> np.ndarray:
+    """Return `ids` if every id is an integer in [0, num_nodes), else raise naming the first bad one."""
+    ids = np.asarray(ids)
+    if ids.dtype.kind not in "iu":
+        raise bad_value(arg, ids.dtype, "an integer array of node ids")
+    if len(ids):
+        lo, hi = ids.min(), ids.max()
+        if lo < 0 or hi >= num_nodes:
+            bad = int(lo) if lo < 0 else int(hi)
+            pos = int(np.flatnonzero(ids == bad)[0])
+            raise ValueError(f"{arg}[{pos}]={bad} is not accepted; expected node ids in [0, {num_nodes})")
+    return ids
+
+
+def _threads() -> int:
+    return max(1, numba.get_num_threads())
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _count_rows(src, dst, drop_self_loops, row_bounds, counts):
+    """counts[v] += out-degree of v over this chunk; thread t only touches rows of its range."""
+    nt = len(row_bounds) - 1
+    for t in prange(nt):
+        lo, hi = row_bounds[t], row_bounds[t + 1]
+        for i in range(len(src)):
+            s = src[i]
+            if s >= lo and s < hi:
+                if drop_self_loops and s == dst[i]:
+                    continue
+                counts[s] += 1
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _scatter_rows(src, dst, eid0, drop_self_loops, row_bounds, cursor, indices, eid, track_eid):
+    """Write each edge's destination at cursor[src]++ (and its input id when tracked)."""
+    nt = len(row_bounds) - 1
+    for t in prange(nt):
+        lo, hi = row_bounds[t], row_bounds[t + 1]
+        for i in range(len(src)):
+            s = src[i]
+            if s >= lo and s < hi:
+                d = dst[i]
+                if drop_self_loops and s == d:
+                    continue
+                p = cursor[s]
+                indices[p] = d
+                if track_eid:
+                    eid[p] = eid0 + i
+                cursor[s] = p + 1
+
+
+@njit(inline="always")
+def _insertion_sort(a, lo, hi):
+    for i in range(lo + 1, hi):
+        x = a[i]
+        j = i - 1
+        while j >= lo and a[j] > x:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = x
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _sort_rows(indptr, indices, row_bounds):
+    nt = len(row_bounds) - 1
+    for t in prange(nt):
+        for v in range(row_bounds[t], row_bounds[t + 1]):
+            lo, hi = indptr[v], indptr[v + 1]
+            if hi - lo <= 24:
+                _insertion_sort(indices, lo, hi)
+            else:
+                indices[lo:hi] = np.sort(indices[lo:hi])
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _sort_rows_by_key(indptr, indices, eid, row_bounds):
+    nt = len(row_bounds) - 1
+    for t in prange(nt):
+        for v in range(row_bounds[t], row_bounds[t + 1]):
+            lo, hi = indptr[v], indptr[v + 1]
+            if hi - lo > 1:
+                order = np.argsort(indices[lo:hi], kind="mergesort")  # stable: first input kept
+                indices[lo:hi] = indices[lo:hi][order]
+                eid[lo:hi] = eid[lo:hi][order]
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _count_unique(indptr, indices, row_bounds, ucount):
+    nt = len(row_bounds) - 1
+    for t in prange(nt):
+        for v in range(row_bounds[t], row_bounds[t + 1]):
+            lo, hi = indptr[v], indptr[v + 1]
+            c = 0
+            for p in range(lo, hi):
+                if p == lo or indices[p] != indices[p - 1]:
+                    c += 1
+            ucount[v] = c
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _compact_unique(indptr, indices, eid, new_indptr, out, out_eid, track_eid, row_bounds):
+    nt = len(row_bounds) - 1
+    for t in prange(nt):
+        for v in range(row_bounds[t], row_bounds[t + 1]):
+            lo, hi = indptr[v], indptr[v + 1]
+            q = new_indptr[v]
+            for p in range(lo, hi):
+                if p == lo or indices[p] != indices[p - 1]:
+                    out[q] = indices[p]
+                    if track_eid:
+                        out_eid[q] = eid[p]
+                    q += 1
+
+
+def _even_row_bounds(num_nodes: int, nt: int) -> np.ndarray:
+    return np.linspace(0, num_nodes, nt + 1).astype(np.int64)
+
+
+def _edge_balanced_bounds(indptr: np.ndarray, nt: int) -> np.ndarray:
+    """Row boundaries that give each thread about the same number of edges."""
+    m = indptr[-1]
+    b = np.searchsorted(indptr, np.linspace(0, m, nt + 1)).astype(np.int64)
+    b[0], b[-1] = 0, len(indptr) - 1
+    return np.maximum.accumulate(b)
+
+
+def _index_dtype(num_nodes: int) -> np.dtype:
+    return np.dtype(np.int32 if num_nodes <= np.iinfo(np.int32).max else np.int64)
+
+
+def _check_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int | None, offset: int = 0) -> int:
+    if src.ndim != 1 or dst.ndim != 1 or len(src) != len(dst):
+        raise ValueError(f"src/dst have shapes {src.shape} and {dst.shape}; expected two 1-d arrays of equal length")
+    for name, a in (("src", src), ("dst", dst)):
+        if a.dtype.kind not in "iu":
+            raise bad_value(name, a.dtype, "an integer array of node ids")
+        if len(a) and a.min() < 0:
+            pos = int(np.argmin(a))
+            raise ValueError(f"{name}[{offset + pos}]={int(a[pos])} is not accepted; expected node ids >= 0")
+    top = int(max(src.max(), dst.max())) + 1 if len(src) else 0
+    if num_nodes is not None and top > num_nodes:
+        a, name = (src, "src") if len(src) and src.max() >= num_nodes else (dst, "dst")
+        pos = int(np.argmax(a))
+        raise ValueError(f"{name}[{offset + pos}]={int(a[pos])} is not accepted; expected node ids in [0, {num_nodes})")
+    return top
+
+
+def _finish(indptr, indices, eid, num_nodes, sort, dedup, nt):
+    bounds = _edge_balanced_bounds(indptr, nt)
+    if sort or dedup:
+        if eid is None:
+            _sort_rows(indptr, indices, bounds)
+        else:
+            _sort_rows_by_key(indptr, indices, eid, bounds)
+    if dedup:
+        ucount = np.empty(num_nodes, np.int64)
+        _count_unique(indptr, indices, bounds, ucount)
+        new_indptr = np.zeros(num_nodes + 1, np.int64)
+        np.cumsum(ucount, out=new_indptr[1:])
+        del ucount
+        if new_indptr[-1] != indptr[-1]:
+            out = np.empty(int(new_indptr[-1]), indices.dtype)
+            out_eid = np.empty(len(out) if eid is not None else 0, np.int64)
+            _compact_unique(indptr, indices, eid if eid is not None else out_eid, new_indptr, out, out_eid,
+                            eid is not None, bounds)
+            indptr, indices, eid = new_indptr, out, (out_eid if eid is not None else None)
+    return indptr, indices, eid
+
+
+def build_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int | None = None, *,
+              weights: np.ndarray | None = None, drop_self_loops: bool = False, dedup: bool = False,
+              sort: bool = False, return_eid: bool = False) -> CSR:
+    """Return the CSR of edges src[i] -> dst[i] (pass (dst, src) for the CSC / in-edges).
+
+    `dedup` keeps one copy of each (src, dst) pair (the first in input order, whose weight
+    is kept); it implies `sort` (neighbour lists in ascending id order). Otherwise a row's
+    neighbours keep input order. `return_eid` (implied by `weights`) records each stored edge's
+    input position in ``eid``. Ids must lie in [0, num_nodes); num_nodes defaults to max id + 1.
+    """
+    src, dst = np.asarray(src), np.asarray(dst)
+    top = _check_edges(src, dst, num_nodes)
+    num_nodes = top if num_nodes is None else int(num_nodes)
+    if weights is not None:
+        weights = np.asarray(weights)
+        if weights.shape != src.shape:
+            raise bad_value("weights", f"shape {weights.shape}", f"shape {src.shape} (one weight per edge)")
+        return_eid = True
+    nt = _threads()
+    counts = np.zeros(num_nodes + 1, np.int64)
+    _count_rows(src, dst, drop_self_loops, _even_row_bounds(num_nodes, nt), counts[1:])
+    indptr = np.cumsum(counts, out=counts)
+    indices = np.empty(int(indptr[-1]), _index_dtype(num_nodes))
+    eid = np.empty(len(indices) if return_eid else 0, np.int64)
+    cursor = indptr[:-1].copy()
+    _scatter_rows(src, dst, 0, drop_self_loops, _edge_balanced_bounds(indptr, nt), cursor, indices, eid,
+                  return_eid)
+    del cursor
+    indptr, indices, eid = _finish(indptr, indices, eid if return_eid else None, num_nodes, sort, dedup, nt)
+    return CSR(indptr, indices, eid, None if weights is None else weights[eid])
+
+
+def build_csc(src: np.ndarray, dst: np.ndarray, num_nodes: int | None = None, **kw) -> CSR:
+    """Return the in-edge structure (CSC): row v lists the sources of edges into v."""
+    return build_csr(dst, src, num_nodes, **kw)
+
+
+def build_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]], num_nodes: int, *,
+                      drop_self_loops: bool = False, dedup: bool = False, sort: bool = False,
+                      return_eid: bool = False, progress: Callable[[int], None] | None = None) -> CSR:
+    """Return the CSR of an edge stream too large to hold, in two passes over ``chunks()``.
+
+    `chunks` is called twice and must yield the same (src, dst) chunks both times (e.g.
+    :func:`labkit.graph.rmat.rmat_edge_chunks`, or a reader over Parquet/CSV files). Only one
+    chunk plus the CSR is held. `progress(n_edges)` is called after each chunk of each pass.
+    """
+    check_range("num_nodes", num_nodes, 1, integer=True)
+    nt = _threads()
+    counts = np.zeros(num_nodes + 1, np.int64)
+    even = _even_row_bounds(num_nodes, nt)
+    off = 0
+    for s, d in chunks():
+        s, d = np.asarray(s), np.asarray(d)
+        _check_edges(s, d, num_nodes, off)
+        _count_rows(s, d, drop_self_loops, even, counts[1:])
+        off += len(s)
+        if progress:
+            progress(len(s))
+    indptr = np.cumsum(counts, out=counts)
+    indices = np.empty(int(indptr[-1]), _index_dtype(num_nodes))
+    eid = np.empty(len(indices) if return_eid else 0, np.int64)
+    cursor = indptr[:-1].copy()
+    bounds = _edge_balanced_bounds(indptr, nt)
+    off = 0
+    for s, d in chunks():
+        _scatter_rows(np.asarray(s), np.asarray(d), off, drop_self_loops, bounds, cursor, indices, eid, return_eid)
+        off += len(s)
+        if progress:
+            progress(len(s))
+    if not np.array_equal(cursor, indptr[1:]):
+        raise ValueError("chunks() yielded different edges on its second pass; it must replay the same stream")
+    del cursor
+    indptr, indices, eid = _finish(indptr, indices, eid if return_eid else None, num_nodes, sort, dedup, nt)
+    return CSR(indptr, indices, eid)

@@ -1,0 +1,382 @@
+"""NEIGHBORHOOD sampling kernels (numba, parallel, GIL released, deterministic per seed).
+
+Every kernel takes plain ``indptr`` / ``indices`` arrays and *row ids into indptr*, so the
+neighbour lists may come from anywhere: a whole CSR or CSC, one partition, or a sub-CSR
+gathered from a cache or from disk (then ``rows = arange(len(indptr) - 1)``). Results are
+edge *positions* into ``indices`` (``eid``), from which neighbour ids, edge weights and edge
+attributes stored elsewhere are all one gather away.
+
+Randomness is counter-based (:mod:`labkit.graph.rng`): the draws for the i-th requested row
+depend only on ``(seed, stream, i)``, so a given seed yields the same sample on any number of
+threads. Without replacement, k of d neighbours are drawn with Floyd's algorithm in O(k)
+time and memory, whatever d is (hubs on R-MAT have lists of 10^4-10^5 entries).
+
+Main entry points:
+- :func:`sample_neighbors` one hop: uniform with or without replacement, or full lists.
+- :func:`sample_multihop` fanouts over hops with a single relabelling (seeds first).
+- :class:`AliasTable` / :func:`sample_weighted` edge-weight sampling in O(1) per draw.
+- :func:`topk_neighbors` the k heaviest edges of each row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit, prange
+
+from labkit.core.errors import bad_value, check_range
+from labkit.graph.rng import GOLDEN, mix64, stream_key
+
+FULL = -1  #: fanout meaning "all neighbours"
+
+
+# --------------------------------------------------------------------------------------------
+# one hop
+
+
+@njit(nogil=True, cache=True)
+def _counts(indptr, rows, k, replace):
+    n = len(rows)
+    ptr = np.empty(n + 1, np.int64)
+    ptr[0] = 0
+    for i in range(n):
+        v = rows[i]
+        d = indptr[v + 1] - indptr[v]
+        if k < 0:
+            c = d
+        elif replace:
+            c = k if d > 0 else 0
+        else:
+            c = min(d, k)
+        ptr[i + 1] = ptr[i] + c
+    return ptr
+
+
+@njit(inline="always")
+def _draw_one_row(lo, d, k, replace, st, out, q):
+    """Write the positions of this row's sample into out[q:q+c]; return c."""
+    if d == 0:
+        return 0
+    if k < 0 or (not replace and d <= k):
+        for j in range(d):
+            out[q + j] = lo + j
+        return d
+    if replace:
+        for j in range(k):
+            st += GOLDEN
+            out[q + j] = lo + np.int64(((mix64(st) >> np.uint64(32)) * np.uint64(d)) >> np.uint64(32))
+        return k
+    # Floyd: for j in d-k..d-1 pick t in [0, j]; take t unless already taken, else take j.
+    # k distinct offsets in O(k) draws; the membership scan is over at most k entries.
+    c = 0
+    for j in range(d - k, d):
+        st += GOLDEN
+        t = np.int64(((mix64(st) >> np.uint64(32)) * np.uint64(j + 1)) >> np.uint64(32))
+        dup = False
+        for x in range(c):
+            if out[q + x] == lo + t:
+                dup = True
+                break
+        out[q + c] = lo + (j if dup else t)
+        c += 1
+    return k
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _sample_hop(indptr, rows, k, replace, seed, stream):
+    ptr = _counts(indptr, rows, k, replace)
+    eid = np.empty(ptr[-1], np.int64)
+    for i in prange(len(rows)):
+        v = rows[i]
+        lo = indptr[v]
+        _draw_one_row(lo, indptr[v + 1] - lo, k, replace, stream_key(seed, stream, i), eid, ptr[i])
+    return ptr, eid
+
+
+def check_fanout(fanout: int, arg: str = "fanout") -> int:
+    """Return `fanout` if it is a positive int or -1 (all neighbours), else raise."""
+    if isinstance(fanout, bool) or not isinstance(fanout, (int, np.integer)) or (fanout < 1 and fanout != FULL):
+        raise bad_value(arg, fanout, "a positive integer, or -1 for all neighbours")
+    return int(fanout)
+
+
+def _check_rows(arg: str, rows, num_rows: int) -> np.ndarray:
+    rows = np.asarray(rows)
+    if rows.ndim != 1 or rows.dtype.kind not in "iu":
+        raise bad_value(arg, f"array of shape {rows.shape} and dtype {rows.dtype}", "a 1-d integer array of row ids")
+    if len(rows):
+        lo, hi = int(rows.min()), int(rows.max())
+        if lo < 0 or hi >= num_rows:
+            bad = lo if lo < 0 else hi
+            pos = int(np.flatnonzero(rows == bad)[0])
+            raise ValueError(f"{arg}[{pos}]={bad} is not accepted; expected ids in [0, {num_rows})")
+    return rows.astype(np.int64, copy=False)
+
+
+def sample_neighbors(indptr: np.ndarray, indices: np.ndarray, rows, fanout: int, *, replace: bool = False,
+                     seed: int = 0, stream: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Return (ptr, eid): row i's sampled edge positions are ``eid[ptr[i]:ptr[i+1]]``.
+
+    Neighbour ids are ``indices[eid]``. ``fanout=-1`` takes all neighbours. Without
+    replacement a row of degree d gets min(d, fanout) distinct neighbours; with replacement it
+    gets exactly fanout (or none when d = 0). `stream` separates independent draws under one
+    seed (e.g. hops, batches).
+    """
+    fanout = check_fanout(fanout)
+    rows = _check_rows("rows", rows, len(indptr) - 1)
+    return _sample_hop(indptr, rows, fanout, bool(replace), int(seed), int(stream))
+
+
+# --------------------------------------------------------------------------------------------
+# multi-hop with relabelling
+
+
+@njit(nogil=True, cache=True)
+def _relabel(nbrs, local, nodes, n_nodes):
+    """Map global ids to local ids, appending unseen ones to `nodes`; return (local ids, new count)."""
+    out = np.empty(len(nbrs), np.int64)
+    n = n_nodes
+    for j in range(len(nbrs)):
+        g = nbrs[j]
+        l = local[g]
+        if l < 0:
+            l = n
+            local[g] = n
+            nodes[n] = g
+            n += 1
+        out[j] = l
+    return out, n
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _gather(indices, eid):
+    out = np.empty(len(eid), np.int64)
+    for j in prange(len(eid)):
+        out[j] = indices[eid[j]]
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _reset(local, nodes, n):
+    for i in range(n):
+        local[nodes[i]] = -1
+
+
+@dataclass
+class MultiHopSample:
+    """A sampled multi-hop neighbourhood, relabelled to local ids (seeds first, then discovery order).
+
+    For hop h, ``rows[h]`` are the local ids of the expanded nodes (message *targets*),
+    ``cols[h]`` the local ids of their sampled neighbours (message *sources*) and ``eids[h]``
+    the edge positions in the sampled structure. ``num_nodes_per_hop[h]`` counts the nodes
+    known after hop h (entry 0 = number of seeds).
+    """
+
+    nodes: np.ndarray
+    rows: list[np.ndarray] = field(default_factory=list)
+    cols: list[np.ndarray] = field(default_factory=list)
+    eids: list[np.ndarray] = field(default_factory=list)
+    num_nodes_per_hop: list[int] = field(default_factory=list)
+
+    @property
+    def num_sampled_edges(self) -> int:
+        return int(sum(len(r) for r in self.rows))
+
+
+class NeighborSampler:
+    """Multi-hop NEIGHBORHOOD sampler over one (indptr, indices) pair, reusing its relabel workspace.
+
+    `frontier` chooses what hop h+1 expands: "new" (only nodes first seen at hop h, as PyG)
+    or "all" (every node known so far, as DGL blocks: each layer's frontier is the merged
+    node set). One sampler must not be used from two threads at once (the workspace is
+    shared); make one per thread.
+    """
+
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, *, frontier: str = "new") -> None:
+        if frontier not in ("new", "all"):
+            raise bad_value("frontier", frontier, "'new' or 'all'")
+        self.indptr, self.indices, self.frontier = indptr, indices, frontier
+        self.num_rows = len(indptr) - 1
+        self._local = np.full(max(self.num_rows, int(indices.max()) + 1 if len(indices) else 0), -1, np.int64)
+
+    def sample(self, seeds, fanouts: list[int], *, replace: bool = False, seed: int = 0,
+               stream: int = 0) -> MultiHopSample:
+        """Return the relabelled multi-hop sample of `seeds` with one fanout per hop."""
+        if not isinstance(fanouts, (list, tuple)) or not fanouts:
+            raise bad_value("fanouts", fanouts, "a non-empty list of positive ints (or -1 for all)")
+        fanouts = [check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
+        seeds = _check_rows("seeds", seeds, self.num_rows)
+        uniq = np.unique(seeds)
+        if len(uniq) != len(seeds):
+            raise bad_value("seeds", "an array with repeated ids", "distinct seed ids")
+        nodes = np.empty(len(self._local), np.int64)  # untouched pages cost nothing
+        nodes[:len(seeds)] = seeds
+        self._local[seeds] = np.arange(len(seeds))
+        out = MultiHopSample(nodes, num_nodes_per_hop=[len(seeds)])
+        n, start = len(seeds), 0
+        try:
+            for h, k in enumerate(fanouts):
+                frontier_lo = start if self.frontier == "new" else 0
+                frontier = nodes[frontier_lo:n]
+                ptr, eid = _sample_hop(self.indptr, frontier, k, bool(replace), int(seed),
+                                       int(stream) * 64 + h)
+                nbrs = _gather(self.indices, eid)
+                cols, n_new = _relabel(nbrs, self._local, nodes, n)
+                rows = np.repeat(np.arange(frontier_lo, n, dtype=np.int64), np.diff(ptr))
+                out.rows.append(rows)
+                out.cols.append(cols)
+                out.eids.append(eid)
+                start, n = n, n_new
+                out.num_nodes_per_hop.append(n)
+        finally:
+            _reset(self._local, nodes, n)
+        out.nodes = nodes[:n].copy()
+        return out
+
+
+def sample_multihop(indptr: np.ndarray, indices: np.ndarray, seeds, fanouts: list[int], *,
+                    replace: bool = False, seed: int = 0, frontier: str = "new") -> MultiHopSample:
+    """Return the relabelled multi-hop sample of `seeds` (one-off; reuse a NeighborSampler in loops)."""
+    return NeighborSampler(indptr, indices, frontier=frontier).sample(seeds, fanouts, replace=replace, seed=seed)
+
+
+# --------------------------------------------------------------------------------------------
+# edge-weight sampling (alias tables) and top-k
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _build_alias(indptr, weights, prob, alias):
+    for v in prange(len(indptr) - 1):
+        lo, hi = indptr[v], indptr[v + 1]
+        d = hi - lo
+        if d == 0:
+            continue
+        total = 0.0
+        for p in range(lo, hi):
+            total += weights[p]
+        small = np.empty(d, np.int64)
+        large = np.empty(d, np.int64)
+        ns = 0
+        nl = 0
+        scaled = np.empty(d, np.float64)
+        for j in range(d):
+            scaled[j] = weights[lo + j] * d / total if total > 0 else 1.0
+            if scaled[j] < 1.0:
+                small[ns] = j
+                ns += 1
+            else:
+                large[nl] = j
+                nl += 1
+        while ns > 0 and nl > 0:
+            ns -= 1
+            s = small[ns]
+            l = large[nl - 1]
+            prob[lo + s] = scaled[s]
+            alias[lo + s] = l
+            scaled[l] = scaled[l] + scaled[s] - 1.0
+            if scaled[l] < 1.0:
+                nl -= 1
+                small[ns] = l
+                ns += 1
+        for j in range(nl):
+            prob[lo + large[j]] = 1.0
+            alias[lo + large[j]] = large[j]
+        for j in range(ns):
+            prob[lo + small[j]] = 1.0
+            alias[lo + small[j]] = small[j]
+
+
+@dataclass
+class AliasTable:
+    """Walker alias tables for every row at once: O(1) weighted draws per sample."""
+
+    prob: np.ndarray
+    alias: np.ndarray
+
+    @classmethod
+    def build(cls, indptr: np.ndarray, weights: np.ndarray) -> "AliasTable":
+        """Return the alias tables of each row's edge `weights` (non-negative, one per edge)."""
+        weights = np.asarray(weights, np.float64)
+        if len(weights) != indptr[-1]:
+            raise bad_value("weights", f"length {len(weights)}", f"length {int(indptr[-1])} (one per edge)")
+        if len(weights) and (not np.all(np.isfinite(weights)) or weights.min() < 0):
+            pos = int(np.flatnonzero(~np.isfinite(weights) | (weights < 0))[0])
+            raise ValueError(f"weights[{pos}]={weights[pos]} is not accepted; expected finite weights >= 0")
+        prob = np.ones(len(weights), np.float64)
+        alias = np.zeros(len(weights), np.int64)
+        _build_alias(indptr, weights, prob, alias)
+        return cls(prob, alias)
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _sample_weighted(indptr, prob, alias, rows, k, seed, stream):
+    n = len(rows)
+    ptr = np.empty(n + 1, np.int64)
+    ptr[0] = 0
+    for i in range(n):
+        d = indptr[rows[i] + 1] - indptr[rows[i]]
+        ptr[i + 1] = ptr[i] + (k if d > 0 else 0)
+    eid = np.empty(ptr[-1], np.int64)
+    for i in prange(n):
+        v = rows[i]
+        lo = indptr[v]
+        d = indptr[v + 1] - lo
+        if d == 0:
+            continue
+        st = stream_key(seed, stream, i)
+        for j in range(k):
+            st += GOLDEN
+            x = mix64(st)
+            col = np.int64(((x >> np.uint64(32)) * np.uint64(d)) >> np.uint64(32))
+            u = float(x & np.uint64(0xFFFFFFFF)) / 4294967296.0
+            eid[ptr[i] + j] = lo + (col if u < prob[lo + col] else alias[lo + col])
+    return ptr, eid
+
+
+def sample_weighted(indptr: np.ndarray, table: AliasTable, rows, fanout: int, *, seed: int = 0,
+                    stream: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Return (ptr, eid): `fanout` draws per row, with replacement, each edge drawn in proportion to its weight."""
+    fanout = check_fanout(fanout)
+    if fanout == FULL:
+        raise bad_value("fanout", fanout, "a positive integer (weighted sampling draws a fixed number)")
+    rows = _check_rows("rows", rows, len(indptr) - 1)
+    return _sample_weighted(indptr, table.prob, table.alias, rows, fanout, int(seed), int(stream))
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _topk(indptr, weights, rows, k):
+    n = len(rows)
+    ptr = np.empty(n + 1, np.int64)
+    ptr[0] = 0
+    for i in range(n):
+        d = indptr[rows[i] + 1] - indptr[rows[i]]
+        ptr[i + 1] = ptr[i] + min(d, k)
+    eid = np.empty(ptr[-1], np.int64)
+    for i in prange(n):
+        v = rows[i]
+        lo, hi = indptr[v], indptr[v + 1]
+        c = ptr[i + 1] - ptr[i]
+        if c == hi - lo:
+            for j in range(c):
+                eid[ptr[i] + j] = lo + j
+        else:
+            order = np.argsort(-weights[lo:hi], kind="mergesort")[:c]
+            for j in range(c):
+                eid[ptr[i] + j] = lo + order[j]
+    return ptr, eid
+
+
+def topk_neighbors(indptr: np.ndarray, weights: np.ndarray, rows, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return (ptr, eid): each row's min(d, k) heaviest edges (ties: lower position first)."""
+    k = check_fanout(k, "k")
+    if k == FULL:
+        k = int(np.max(np.diff(indptr))) if len(indptr) > 1 else 0
+    rows = _check_rows("rows", rows, len(indptr) - 1)
+    return _topk(indptr, np.asarray(weights, np.float64), rows, k)
+
+
+def sampled_edges_per_s(sample: MultiHopSample, seconds: float) -> float:
+    """Return sampled edges per second for `sample` drawn in `seconds`."""
+    check_range("seconds", seconds, 0.0, lo_open=True)
+    return sample.num_sampled_edges / seconds
