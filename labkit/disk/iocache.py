@@ -1,0 +1,169 @@
+"""Cache mechanisms: how a lookup hits or misses, kept apart from the plans that fill them.
+
+- :class:`TopologyCache`: a compact CSR of the cached neighbour lists plus a node -> slot map.
+- :class:`FeatureCache`: a dense block of cached feature rows plus a node -> slot map (static).
+- :class:`BeladyFeatureCache`: Ginex's feature cache, re-filled before every mini-batch with
+  the rows whose next use in the current superbatch is soonest (Belady's optimal replacement,
+  possible because the superbatch was sampled ahead).
+
+Every byte (maps included) is reserved from the one :class:`~labkit.core.memory.MemoryBudget`.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from labkit.core.memory import MemoryBudget
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill_lists(indptr, indices, nodes, cptr, cidx):
+    for k in range(nodes.shape[0]):
+        v = nodes[k]
+        a = indptr[v]
+        b = indptr[v + 1]
+        cidx[cptr[k]:cptr[k + 1]] = indices[a:b]
+
+
+@numba.njit(cache=True, nogil=True)
+def assemble_lists(nodes, slot, cptr, cidx, miss_ptr, miss_idx, out_ptr, out_idx):
+    """Write each node's list (cached, or the next list of the miss buffer) into out_ptr/out_idx."""
+    m = 0
+    for k in range(nodes.shape[0]):
+        s = slot[nodes[k]] if slot.shape[0] > 0 else -1
+        p = out_ptr[k]
+        if s >= 0:
+            ln = cptr[s + 1] - cptr[s]
+            out_idx[p:p + ln] = cidx[cptr[s]:cptr[s + 1]]
+        else:
+            ln = miss_ptr[m + 1] - miss_ptr[m]
+            out_idx[p:p + ln] = miss_idx[miss_ptr[m]:miss_ptr[m + 1]]
+            m += 1
+
+
+class TopologyCache:
+    """Neighbour lists of the planned nodes held in RAM, looked up through a node -> slot map."""
+
+    def __init__(self, nodes: np.ndarray, indptr: np.ndarray, indices_source, budget: MemoryBudget,
+                 owner: str = "topology cache") -> None:
+        """`indices_source(nodes) -> (ptr, idx)` reads the lists once (from disk or memory)."""
+        nodes = np.asarray(nodes, np.int64)
+        deg = np.diff(indptr)[nodes]
+        n = indptr.size - 1
+        nbytes = n * 4 + (nodes.size + 1) * 8 + int(deg.sum()) * 4
+        self.reservation = budget.reserve(owner, nbytes)
+        self.nodes = nodes
+        self.slot = np.full(n, -1, np.int32)
+        self.slot[nodes] = np.arange(nodes.size, dtype=np.int32)
+        if nodes.size:
+            self.ptr, self.idx = indices_source(nodes)
+        else:
+            self.ptr, self.idx = np.zeros(1, np.int64), np.zeros(0, np.int32)
+        self.nbytes = nbytes
+
+    def release(self) -> None:
+        self.reservation.release()
+        self.slot = self.ptr = self.idx = None
+
+
+class FeatureCache:
+    """Feature rows of the planned nodes held in RAM (a static plan)."""
+
+    def __init__(self, nodes: np.ndarray, num_nodes: int, dim: int, dtype, budget: MemoryBudget,
+                 rows_source, owner: str = "feature cache") -> None:
+        """`rows_source(sorted_nodes) -> (k, dim) array` reads the rows once."""
+        nodes = np.sort(np.asarray(nodes, np.int64))
+        row_bytes = dim * np.dtype(dtype).itemsize
+        self.reservation = budget.reserve(owner, num_nodes * 4 + nodes.size * row_bytes)
+        self.nodes = nodes
+        self.slot = np.full(num_nodes, -1, np.int32)
+        self.slot[nodes] = np.arange(nodes.size, dtype=np.int32)
+        self.rows = rows_source(nodes) if nodes.size else np.zeros((0, dim), dtype)
+        self.nbytes = self.reservation.nbytes
+
+    def lookup(self, nodes: np.ndarray) -> np.ndarray:
+        """Return each node's slot (-1 where not cached)."""
+        return self.slot[nodes]
+
+    def release(self) -> None:
+        self.reservation.release()
+        self.slot = self.rows = None
+
+
+class BeladyFeatureCache:
+    """Ginex's feature cache: Belady replacement over a superbatch of pre-sampled mini-batches."""
+
+    def __init__(self, capacity_rows: int, num_nodes: int, dim: int, dtype, budget: MemoryBudget,
+                 owner: str = "feature cache (belady)") -> None:
+        row_bytes = dim * np.dtype(dtype).itemsize
+        self.capacity = int(capacity_rows)
+        self.reservation = budget.reserve(owner, num_nodes * 4 + self.capacity * row_bytes
+                                          + self.capacity * 8)
+        self.slot = np.full(num_nodes, -1, np.int32)
+        self.rows = np.zeros((self.capacity, dim), dtype)
+        self.owner_of = np.full(self.capacity, -1, np.int64)  # node held by each slot
+        self.nbytes = self.reservation.nbytes
+        self._keys = np.zeros(0, np.int64)
+        self._stride = 1
+        self._b = 0
+
+    def start_superbatch(self, batches_nodes: list[np.ndarray]) -> None:
+        """Record when each node is next needed in this superbatch (the Belady oracle)."""
+        s = len(batches_nodes) + 1
+        keys = np.concatenate([np.asarray(v, np.int64) * s + b for b, v in enumerate(batches_nodes)] or
+                              [np.zeros(0, np.int64)])
+        keys.sort()
+        self._keys, self._stride, self._b = keys, s, 0
+
+    def _next_use(self, nodes: np.ndarray, after: int) -> np.ndarray:
+        s = self._stride
+        pos = np.searchsorted(self._keys, nodes * s + after + 1)
+        nxt = np.full(nodes.size, np.iinfo(np.int64).max, np.int64)
+        ok = pos < self._keys.size
+        k = self._keys[np.minimum(pos, self._keys.size - 1)]
+        ok &= (k // s) == nodes
+        nxt[ok] = k[ok] % s
+        return nxt
+
+    def lookup(self, nodes: np.ndarray) -> np.ndarray:
+        return self.slot[nodes]
+
+    def update(self, nodes: np.ndarray, rows: np.ndarray) -> None:
+        """After mini-batch `b` gathered `rows` of `nodes`: keep the `capacity` soonest-needed rows."""
+        b = self._b
+        self._b += 1
+        if self.capacity == 0:
+            return
+        held = self.owner_of[self.owner_of >= 0]
+        fresh_mask = self.slot[nodes] < 0
+        fresh = nodes[fresh_mask]
+        cand = np.concatenate([held, fresh])
+        nxt = self._next_use(cand, b)
+        never = np.iinfo(np.int64).max
+        useful = nxt != never
+        cand, nxt = cand[useful], nxt[useful]
+        if cand.size > self.capacity:
+            keep = np.argpartition(nxt, self.capacity - 1)[:self.capacity]
+            cand = cand[keep]
+        keep_set = np.zeros(0, np.int64) if cand.size == 0 else np.sort(cand)
+        # Evict held nodes not kept.
+        held_keep = np.isin(held, keep_set, assume_unique=True)
+        gone = held[~held_keep]
+        if gone.size:
+            free_slots = self.slot[gone]
+            self.owner_of[free_slots] = -1
+            self.slot[gone] = -1
+        # Admit fresh nodes that are kept into free slots.
+        admit_mask = np.isin(fresh, keep_set, assume_unique=True)
+        admit = fresh[admit_mask]
+        if admit.size:
+            free = np.flatnonzero(self.owner_of < 0)[:admit.size]
+            src_rows = rows[fresh_mask][admit_mask]
+            self.rows[free] = src_rows
+            self.owner_of[free] = admit
+            self.slot[admit] = free.astype(np.int32)
+
+    def release(self) -> None:
+        self.reservation.release()
+        self.slot = self.rows = None

@@ -1,0 +1,261 @@
+"""Where the graph's bytes live: in RAM, or on disk behind caches and the direct-I/O engine.
+
+Two interchangeable interfaces, so a sampler or a trainer never knows which one it has:
+
+- a topology store's ``fetch(nodes) -> (ptr, idx)`` returns the neighbour lists of `nodes` as a
+  small CSR in the order given;
+- a feature store's ``gather(nodes) -> rows`` returns the feature rows of `nodes` in order.
+
+The disk versions hold ``indptr`` (charged to the budget), an optional cache, and an
+:class:`IOPolicy` that decides per request how the cache misses are fetched: random page
+reads, coalesced reads, or a sequential sweep, from a :class:`~labkit.core.directio.DiskModel`
+fitted to the measured disk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+
+from labkit.core.datasets import Dataset
+from labkit.core.directio import PAGE, SWEEP, DirectFile, DiskModel, extent_pages
+from labkit.core.errors import check_choice
+from labkit.core.memory import MemoryBudget
+from labkit.disk.iocache import BeladyFeatureCache, FeatureCache, TopologyCache, assemble_lists
+
+MODES = ("random", "coalesced", "sweep", "auto")
+
+
+@numba.njit(cache=True, nogil=True)
+def _gather_lists(indptr, indices, nodes, out_ptr, out_idx):
+    for k in range(nodes.shape[0]):
+        v = nodes[k]
+        out_idx[out_ptr[k]:out_ptr[k + 1]] = indices[indptr[v]:indptr[v + 1]]
+
+
+def lists_ptr(indptr: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """Return the local indptr of `nodes`' neighbour lists (int64, len(nodes) + 1)."""
+    ptr = np.zeros(nodes.size + 1, np.int64)
+    np.cumsum(indptr[nodes + 1] - indptr[nodes], out=ptr[1:])
+    return ptr
+
+
+@dataclass
+class IOPolicy:
+    """How cache misses are read: a fixed mode, or "auto" (cheapest plan under the disk model)."""
+
+    mode: str = "auto"
+    model: DiskModel = field(default_factory=DiskModel)
+    choices: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_choice("mode", self.mode, MODES)
+
+    def gap(self, starts: np.ndarray, lengths: np.ndarray, f: DirectFile) -> int:
+        """Return the gap (pages) to read these extents with, and count the mode chosen."""
+        if self.mode == "random":
+            g, mode = 0, "random"
+        elif self.mode == "coalesced":
+            g, mode = max(1, self.model.break_even_gap), "coalesced"
+        elif self.mode == "sweep":
+            g, mode = SWEEP, "sweep"
+        else:
+            pages = extent_pages(starts, lengths, PAGE)
+            g, _, mode = self.model.best_gap(pages, f.max_request, f.sweep_request)
+        self.choices[mode] = self.choices.get(mode, 0) + 1
+        return g
+
+
+@dataclass
+class StoreStats:
+    """Lookups served from cache vs. from disk (counted in items and bytes)."""
+
+    hits: int = 0
+    misses: int = 0
+    hit_bytes: int = 0
+    miss_bytes: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        n = self.hits + self.misses
+        return self.hits / n if n else float("nan")
+
+    def reset(self) -> None:
+        self.hits = self.misses = self.hit_bytes = self.miss_bytes = 0
+
+
+class MemoryTopology:
+    """All neighbour lists in RAM (the in-memory upper bound)."""
+
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray) -> None:
+        self.indptr, self.indices = indptr, indices
+        self.stats = StoreStats()
+
+    @classmethod
+    def from_dataset(cls, ds: Dataset) -> "MemoryTopology":
+        return cls(ds.array("indptr", mmap=False), ds.array("indices", mmap=False))
+
+    def fetch(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Return (ptr, idx): the neighbour lists of `nodes` as a local CSR."""
+        ptr = lists_ptr(self.indptr, nodes)
+        idx = np.empty(int(ptr[-1]), self.indices.dtype)
+        _gather_lists(self.indptr, self.indices, nodes, ptr, idx)
+        self.stats.hits += nodes.size
+        self.stats.hit_bytes += idx.nbytes
+        return ptr, idx
+
+    def close(self) -> None:
+        pass
+
+
+class DiskTopology:
+    """Neighbour lists on disk (int32 ``indices`` file), an optional :class:`TopologyCache` in front."""
+
+    def __init__(self, ds: Dataset, budget: MemoryBudget, *, policy: IOPolicy | None = None,
+                 queue_depth: int = 8, staging_bytes: int = 4 << 20, fallback: bool = False) -> None:
+        self.indptr = ds.array("indptr", mmap=False)
+        self._indptr_res = budget.reserve("topology indptr", self.indptr.nbytes)
+        self.file = DirectFile(ds.path("indices"), queue_depth=queue_depth, staging_bytes=staging_bytes,
+                               budget=budget, owner="topology staging", fallback=fallback)
+        self.policy = policy or IOPolicy("random")
+        self.cache: TopologyCache | None = None
+        self.stats = StoreStats()
+        self.budget = budget
+
+    def set_cache(self, nodes: np.ndarray | None) -> None:
+        """Replace the cache with the lists of `nodes` (None: no cache), read once from disk."""
+        if self.cache is not None:
+            self.cache.release()
+            self.cache = None
+        if nodes is not None:
+            self.cache = TopologyCache(nodes, self.indptr, self._read_lists, self.budget)
+
+    def _read_lists(self, nodes: np.ndarray, gap: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        ptr = lists_ptr(self.indptr, nodes)
+        starts = self.indptr[nodes] * 4
+        lengths = (ptr[1:] - ptr[:-1]) * 4
+        if gap is None:
+            gap = SWEEP if nodes.size > 4096 else 0  # cache fill: bulk, sorted
+        raw = self.file.read_extents(starts, lengths, gap_pages=gap)
+        return ptr, raw.view(np.int32)
+
+    def fetch(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Return (ptr, idx): the neighbour lists of `nodes`, from the cache or from disk."""
+        ptr = lists_ptr(self.indptr, nodes)
+        idx = np.empty(int(ptr[-1]), np.int32)
+        if self.cache is not None:
+            slot = self.cache.slot
+            miss = nodes[slot[nodes] < 0]
+        else:
+            slot = np.zeros(0, np.int32)
+            miss = nodes
+        if miss.size:
+            starts = self.indptr[miss] * 4
+            lengths = (self.indptr[miss + 1] - self.indptr[miss]) * 4
+            mptr, midx = self._read_lists(miss, self.policy.gap(starts, lengths, self.file))
+        else:
+            mptr, midx = np.zeros(1, np.int64), np.zeros(0, np.int32)
+        cptr = self.cache.ptr if self.cache is not None else np.zeros(1, np.int64)
+        cidx = self.cache.idx if self.cache is not None else np.zeros(0, np.int32)
+        assemble_lists(nodes, slot, cptr, cidx, mptr, midx, ptr, idx)
+        self.stats.hits += nodes.size - miss.size
+        self.stats.misses += miss.size
+        self.stats.miss_bytes += midx.nbytes
+        self.stats.hit_bytes += idx.nbytes - midx.nbytes
+        return ptr, idx
+
+    def close(self) -> None:
+        self.set_cache(None)
+        self.file.close()
+        self._indptr_res.release()
+
+
+class MemoryFeatures:
+    """All feature rows in RAM (the in-memory upper bound)."""
+
+    def __init__(self, x: np.ndarray) -> None:
+        self.x = x
+        self.stats = StoreStats()
+
+    @classmethod
+    def from_dataset(cls, ds: Dataset) -> "MemoryFeatures":
+        return cls(ds.array("features", mmap=False))
+
+    @property
+    def dim(self) -> int:
+        return self.x.shape[1]
+
+    def gather(self, nodes: np.ndarray) -> np.ndarray:
+        out = self.x[nodes]
+        self.stats.hits += nodes.size
+        self.stats.hit_bytes += out.nbytes
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+class DiskFeatures:
+    """Feature rows on disk, read through direct I/O, with an optional static or Belady cache."""
+
+    def __init__(self, ds: Dataset, budget: MemoryBudget, *, policy: IOPolicy | None = None,
+                 queue_depth: int = 8, staging_bytes: int = 8 << 20, fallback: bool = False) -> None:
+        info = ds.info("features")
+        self.num_nodes, self._dim = int(info["shape"][0]), int(info["shape"][1])
+        self.dtype = np.dtype(info["dtype"])
+        self.row_bytes = self._dim * self.dtype.itemsize
+        self.file = DirectFile(ds.path("features"), queue_depth=queue_depth, staging_bytes=staging_bytes,
+                               budget=budget, owner="feature staging", fallback=fallback)
+        self.policy = policy or IOPolicy("random")
+        self.cache: FeatureCache | BeladyFeatureCache | None = None
+        self.stats = StoreStats()
+        self.budget = budget
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def read(self, nodes: np.ndarray, gap: int = 0) -> np.ndarray:
+        """Return rows of `nodes` straight from disk (no cache)."""
+        raw = self.file.read_rows(nodes, self.row_bytes, gap_pages=gap)
+        return raw.view(self.dtype).reshape(nodes.size, self._dim)
+
+    def set_cache(self, nodes: np.ndarray | None = None, *, belady_rows: int | None = None) -> None:
+        """Cache the rows of `nodes` (static plan), or set up a Belady cache of `belady_rows` rows."""
+        if self.cache is not None:
+            self.cache.release()
+            self.cache = None
+        if belady_rows is not None:
+            self.cache = BeladyFeatureCache(belady_rows, self.num_nodes, self._dim, self.dtype, self.budget)
+        elif nodes is not None:
+            self.cache = FeatureCache(nodes, self.num_nodes, self._dim, self.dtype, self.budget,
+                                      lambda v: self.read(v, SWEEP if v.size > 4096 else 0))
+
+    def gather(self, nodes: np.ndarray) -> np.ndarray:
+        """Return the feature rows of `nodes` (in order): cache hits copied, misses read from disk."""
+        out = np.empty((nodes.size, self._dim), self.dtype)
+        if self.cache is not None:
+            slot = self.cache.lookup(nodes)
+            hit = slot >= 0
+            out[hit] = self.cache.rows[slot[hit]]
+            miss_pos = np.flatnonzero(~hit)
+        else:
+            miss_pos = np.arange(nodes.size)
+        miss = nodes[miss_pos]
+        if miss.size:
+            starts = miss.astype(np.int64) * self.row_bytes
+            gap = self.policy.gap(starts, np.full(miss.size, self.row_bytes, np.int64), self.file)
+            out[miss_pos] = self.read(miss, gap)
+        if isinstance(self.cache, BeladyFeatureCache):
+            self.cache.update(nodes, out)
+        self.stats.hits += nodes.size - miss.size
+        self.stats.misses += miss.size
+        self.stats.hit_bytes += (nodes.size - miss.size) * self.row_bytes
+        self.stats.miss_bytes += miss.size * self.row_bytes
+        return out
+
+    def close(self) -> None:
+        self.set_cache(None)
+        self.file.close()
