@@ -1,0 +1,150 @@
+"""The elastic autoscaler: add data workers while the trainer stalls and throughput keeps rising.
+
+Hill climbing on measured trainer throughput, as Cachew does (add a worker while the batch rate
+improves by more than `gain`, 7% by default), gated by what GoldMiner watches: the trainer's
+stall time (waiting for data) and the queue of ready batches. Each decision is judged on a
+fresh window after the change has warmed up; a step that does not pay is reverted and becomes a
+ceiling (or floor), so the count settles instead of oscillating. A sustained change in the
+measured rate (the job or the machine changed) lifts the ceiling and floor again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from labkit.core.errors import check_range
+
+
+@dataclass
+class Window:
+    """One measurement window: what the autoscaler saw and what it did."""
+
+    t: float
+    workers: int
+    throughput: float
+    stall: float
+    queue_depth: float
+    action: str
+
+
+@dataclass
+class Autoscaler:
+    """Drives ``pool.set_target`` from per-batch trainer measurements (call :meth:`on_step`)."""
+
+    pool: Any
+    min_workers: int = 1
+    max_workers: int | None = None
+    window_s: float = 1.0
+    min_batches: int = 4
+    warmup_s: float = 0.3
+    gain: float = 0.07
+    stall_hi: float = 0.05
+    stall_lo: float = 0.01
+    drift: float = 0.35
+    history: list[Window] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.max_workers is None:
+            self.max_workers = getattr(self.pool, "max_workers", 8)
+        check_range("min_workers", self.min_workers, 1, integer=True)
+        check_range("max_workers", self.max_workers, self.min_workers, integer=True)
+        check_range("window_s", self.window_s, 0, lo_open=True)
+        check_range("gain", self.gain, 0, 1)
+        self._t0 = time.perf_counter()
+        self._reset_window(time.perf_counter())
+        self._probe: tuple[str, int, float] | None = None  # (direction, workers before, rate before)
+        self._ceiling = self.max_workers
+        self._floor = self.min_workers
+        self._settled_rate: float | None = None
+        self.settled_at: float | None = None
+        self._drifted = 0
+
+    @property
+    def workers(self) -> int:
+        return int(self.pool.target)
+
+    def _reset_window(self, now: float) -> None:
+        self._w_start, self._w_batches, self._w_stall, self._w_depth, self._w_n = now, 0, 0.0, 0.0, 0
+
+    def on_step(self, wait_s: float, step_s: float) -> None:
+        """Account one trainer step; at the end of a window, maybe change the worker count."""
+        now = time.perf_counter()
+        if now - self._w_start < 0:
+            return
+        self._w_batches += 1
+        self._w_stall += wait_s
+        self._w_depth += self.pool.metrics().get("queue_depth", 0) if hasattr(self.pool, "metrics") else 0
+        self._w_n += 1
+        elapsed = now - self._w_start
+        if elapsed < self.window_s or self._w_batches < self.min_batches:
+            return
+        rate = self._w_batches / elapsed
+        stall = min(1.0, self._w_stall / elapsed)
+        depth = self._w_depth / max(self._w_n, 1)
+        action = self._decide(rate, stall, depth)
+        self.history.append(Window(now - self._t0, self.workers, rate, stall, depth, action))
+        # A new worker needs a moment to start: do not judge it on its first batches.
+        self._reset_window(now + (self.warmup_s if action in ("add", "remove", "revert") else 0.0))
+
+    def _set(self, n: int) -> None:
+        self.pool.set_target(int(n))
+
+    def _decide(self, rate: float, stall: float, depth: float) -> str:
+        w = self.workers
+        if self._probe is not None:
+            direction, before, r0 = self._probe
+            self._probe = None
+            if direction == "up":
+                if rate >= r0 * (1 + self.gain):
+                    return self._maybe_grow(w, rate, stall) or "keep"
+                self._ceiling = w - 1
+                self._set(before)
+                self._settle(r0)
+                return "revert"
+            if rate >= r0 * (1 - self.gain / 2):
+                self._settle(rate)
+                return "keep"
+            self._floor = before
+            self._set(before)
+            self._settle(r0)
+            return "revert"
+        if self._settled_rate is not None and abs(rate - self._settled_rate) > self.drift * self._settled_rate:
+            self._drifted += 1
+        else:
+            self._drifted = 0
+        if self._drifted >= 3:
+            # Three windows in a row far from the settled rate: the job or the machine changed.
+            self._ceiling, self._floor, self._settled_rate, self._drifted = self.max_workers, self.min_workers, None, 0
+        grown = self._maybe_grow(w, rate, stall)
+        if grown:
+            return grown
+        if stall < self.stall_lo and depth >= 1.0 and w > self._floor:
+            self._probe = ("down", w, rate)
+            self._set(w - 1)
+            return "remove"
+        if self._settled_rate is None:
+            self._settle(rate)
+        return "hold"
+
+    def _maybe_grow(self, w: int, rate: float, stall: float) -> str:
+        if stall > self.stall_hi and w < self._ceiling:
+            self._probe = ("up", w, rate)
+            self._set(w + 1)
+            return "add"
+        if stall <= self.stall_hi:
+            self._settle(rate)
+        return ""
+
+    def _settle(self, rate: float) -> None:
+        self._settled_rate = rate
+        if self.settled_at is None or (self.history and self.history[-1].action in ("add", "remove")):
+            self.settled_at = time.perf_counter() - self._t0
+
+    def summary(self) -> dict:
+        """Final worker count, number of changes, and when it last changed (seconds since start)."""
+        changes = [h for h in self.history if h.action in ("add", "remove", "revert")]
+        return {"workers": self.workers, "changes": len(changes),
+                "last_change_s": changes[-1].t if changes else 0.0,
+                "ceiling": self._ceiling, "floor": self._floor}

@@ -1,0 +1,140 @@
+"""The trainer side: a model step per batch, with the time it waits for data (stall) measured.
+
+On a machine with a GPU the step runs the real model there. On a CPU-only machine it runs the
+same real model on the CPU with one intra-op thread (a light step, as a GPU job's single host
+thread would drive), or, only when asked with ``mode="emulated"``, an *emulated accelerator
+step* that sleeps for a fixed time and uses no CPU; every report carries :attr:`Trainer.label`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import torch
+from torch import nn
+
+from labkit.core.errors import check_choice, check_range
+
+
+class Trainer:
+    """Runs forward, backward and an SGD step of `model` on each batch ``(*inputs, target)``."""
+
+    def __init__(self, model: nn.Module, loss_fn: Callable, lr: float = 0.05, *, mode: str = "auto",
+                 emulated_step_s: float = 0.02, threads: int = 1) -> None:
+        check_choice("mode", mode, ("auto", "cpu", "cuda", "emulated"))
+        check_range("lr", lr, 0, lo_open=True)
+        check_range("threads", threads, 1, 256, integer=True)
+        check_range("emulated_step_s", emulated_step_s, 0)
+        if mode == "auto":
+            mode = "cuda" if torch.cuda.is_available() else "cpu"
+        if mode == "cuda" and not torch.cuda.is_available():
+            raise ValueError("mode='cuda' is not accepted on this machine; expected one of auto, cpu, emulated "
+                             "(torch sees no CUDA device)")
+        self.mode, self.model, self.loss_fn = mode, model, loss_fn
+        self.emulated_step_s, self.threads = float(emulated_step_s), int(threads)
+        self.device = torch.device("cuda" if mode == "cuda" else "cpu")
+        if mode == "cuda":
+            self.model.to(self.device)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=0.9)
+
+    @property
+    def label(self) -> str:
+        """What the step is, for every table and plot that reports it."""
+        return {"cuda": "real model step on CUDA",
+                "cpu": f"real model step on CPU ({self.threads} thread)",
+                "emulated": f"EMULATED accelerator step (sleep {self.emulated_step_s * 1e3:.0f} ms, no CPU)"}[self.mode]
+
+    def step(self, batch: tuple) -> float:
+        """Train on one batch; return its loss (nan for the emulated step)."""
+        if self.mode == "emulated":
+            time.sleep(self.emulated_step_s)
+            return float("nan")
+        if self.mode == "cuda":
+            batch = tuple(b.to(self.device, non_blocking=True) if isinstance(b, torch.Tensor) else b for b in batch)
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.model(*batch[:-1]), batch[-1])
+        loss.backward()
+        self.opt.step()
+        if self.mode == "cuda":
+            torch.cuda.synchronize()
+        return float(loss.detach())
+
+
+@dataclass
+class RunStats:
+    """One training run: batches, wall time, time stalled waiting for data, time in model steps."""
+
+    label: str
+    batches: int = 0
+    wall_s: float = 0.0
+    stall_s: float = 0.0
+    step_s: float = 0.0
+    losses: list[float] = field(default_factory=list)
+    timeline: list[tuple[float, float, float]] = field(default_factory=list)  # (t_end, wait_s, step_s)
+
+    @property
+    def throughput(self) -> float:
+        """Batches per second over the whole run."""
+        return self.batches / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def stall_fraction(self) -> float:
+        """Share of wall time the trainer waited for data."""
+        return self.stall_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    def throughput_between(self, t0: float, t1: float) -> float:
+        """Batches per second finished in [t0, t1) seconds after the start."""
+        n = sum(1 for t, _, _ in self.timeline if t0 <= t < t1)
+        return n / (t1 - t0) if t1 > t0 else 0.0
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """Set torch's intra-op thread count for the duration of a block."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def run(trainer: Trainer, batches: Iterable[Any], *, max_batches: int | None = None,
+        time_limit: float | None = None, on_step: Callable[[float, float], None] | None = None) -> RunStats:
+    """Train on `batches` until exhausted, `max_batches` or `time_limit` s; return the measured RunStats.
+
+    `on_step(wait_s, step_s)` is called after each step (autoscalers and dashboards listen here).
+    Closing the batch iterator early is the "trainer stops early" path: pools must clean up.
+    """
+    stats = RunStats(trainer.label)
+    it = iter(batches)
+    t0 = time.perf_counter()
+    with torch_threads(trainer.threads):
+        try:
+            while max_batches is None or stats.batches < max_batches:
+                if time_limit is not None and time.perf_counter() - t0 >= time_limit:
+                    break
+                tw = time.perf_counter()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    break
+                ts = time.perf_counter()
+                loss = trainer.step(batch)
+                te = time.perf_counter()
+                stats.batches += 1
+                stats.stall_s += ts - tw
+                stats.step_s += te - ts
+                stats.losses.append(loss)
+                stats.timeline.append((te - t0, ts - tw, te - ts))
+                if on_step is not None:
+                    on_step(ts - tw, te - ts)
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+    stats.wall_s = time.perf_counter() - t0
+    return stats

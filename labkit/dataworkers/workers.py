@@ -1,0 +1,582 @@
+"""Data worker pools: run a program's stateless part and stream its batches to the trainer.
+
+:class:`ProcessWorkerPool` (the embedded default) runs local worker processes that return
+batches through shared-memory slots (:mod:`labkit.dataworkers.transport`).
+:class:`DaskWorkerPool` runs the same stateless part on Dask distributed workers.
+
+Both deliver exactly once and in order: every batch has a sequence number, results are
+re-ordered in the trainer, a result whose number was already delivered (or is already waiting)
+is dropped, and the batches a dead worker held are issued again to the others. All changes to
+the set of workers happen on the thread that consumes the stream; other threads (a notebook
+slider, the autoscaler, a "kill a worker" button) only set a target or send a signal.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+import traceback
+import weakref
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from typing import Any, Callable, Iterable, Iterator
+
+from labkit.core.errors import LabkitError, check_choice, check_range
+from labkit.dataworkers.transport import SlotMapper, SlotPool, flatten, pack, packed_size, unflatten, unpack
+
+
+class WorkerError(LabkitError):
+    """A data worker failed (its code raised), or no worker can make progress."""
+
+
+@dataclass
+class PoolStats:
+    """Counters of one pool's life: what was delivered, re-issued, dropped and how workers fared."""
+
+    delivered: int = 0
+    reissued: int = 0
+    duplicates_dropped: int = 0
+    speculative: int = 0
+    worker_deaths: int = 0
+    respawned: int = 0
+    spawned: int = 0
+    retired: int = 0
+    inline: int = 0
+    per_worker: dict[int, dict] = field(default_factory=dict)  # wid -> {"batches", "busy_s"}
+
+    def as_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k != "per_worker"}
+        return d
+
+
+def _worker_main(wid: int, conn: Any, part: Callable[[list[int]], Any]) -> None:
+    """A data worker's loop: receive (seq, keys, slot, slot_bytes, delay), compute, reply."""
+    import torch
+    torch.set_num_threads(1)  # one core per worker; the pool's size is the parallelism
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the notebook stops the trainer, which stops us
+    mapper = SlotMapper()
+    try:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                break
+            if msg is None:
+                break
+            seq, keys, slot, slot_bytes, delay = msg
+            t0 = time.perf_counter()
+            try:
+                if delay:
+                    time.sleep(delay)
+                layout, arrays = flatten(part(keys))
+                need = packed_size(arrays)
+                if slot is not None and need <= slot_bytes:
+                    specs = pack(mapper.buffer(slot), arrays)
+                    conn.send(("ok", seq, slot, (layout, specs), time.perf_counter() - t0))
+                else:
+                    conn.send(("inline", seq, slot, (layout, arrays, need), time.perf_counter() - t0))
+            except Exception:  # noqa: BLE001 - the trainer decides; we report the traceback
+                conn.send(("err", seq, slot, traceback.format_exc(), time.perf_counter() - t0))
+    finally:
+        mapper.close()
+        with contextlib.suppress(OSError):
+            conn.close()
+
+
+class _Worker:
+    def __init__(self, wid: int, proc: Any, conn: Any) -> None:
+        self.wid, self.proc, self.conn = wid, proc, conn
+        self.inflight: dict[int, tuple[str | None, float]] = {}  # seq -> (slot, issued at)
+        self.retiring = False
+        self.started = time.perf_counter()
+
+
+_LIVE_POOLS: "weakref.WeakSet[ProcessWorkerPool]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for p in list(_LIVE_POOLS):
+        p.close()
+
+
+class ProcessWorkerPool:
+    """Local data worker processes with shared-memory transport and exactly-once, in-order delivery.
+
+    `part` maps a list of sample keys to a batch (a :class:`~labkit.dataworkers.extract.StatelessPart`).
+    `depth` batches may be in flight per worker. `respawn` replaces a worker that dies. A batch
+    in flight for more than `straggler_factor` times the typical batch time is issued again to
+    another worker (the first copy to arrive wins). `batch_timeout` bounds any wait.
+    """
+
+    def __init__(self, part: Callable[[list[int]], Any], workers: int = 1, *, max_workers: int | None = None,
+                 depth: int = 2, respawn: bool = True, straggler_factor: float = 4.0, batch_timeout: float = 120.0,
+                 start_method: str = "fork") -> None:
+        self.max_workers = int(max_workers if max_workers is not None else max(workers, 2 * (os.cpu_count() or 1)))
+        check_range("max_workers", self.max_workers, 1, 256, integer=True)
+        check_range("workers", workers, 1, self.max_workers, integer=True)
+        check_range("depth", depth, 1, 64, integer=True)
+        check_range("straggler_factor", straggler_factor, 1.0, lo_open=True)
+        check_range("batch_timeout", batch_timeout, 0, lo_open=True)
+        check_choice("start_method", start_method, ("fork", "forkserver", "spawn"))
+        self.part, self.depth, self.respawn = part, int(depth), bool(respawn)
+        self.straggler_factor, self.batch_timeout = float(straggler_factor), float(batch_timeout)
+        self._ctx = mp.get_context(start_method)
+        self._target = int(workers)
+        self._workers: dict[int, _Worker] = {}
+        self._next_wid = 0
+        self._seq = 0  # next sequence number to hand out, across streams
+        self._delay: dict[int, float] = {}
+        self._owed_respawns = 0
+        self.slots = SlotPool(0, self.max_workers * self.depth + 2)
+        self.stats = PoolStats()
+        self._ewma_task_s: float | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+        self.ready_depth = 0
+        self.consumer_alive = False
+        _LIVE_POOLS.add(self)
+        for _ in range(self._target):
+            self._spawn()
+
+    # -- public controls (safe from other threads) ---------------------------------------------
+    @property
+    def num_workers(self) -> int:
+        """Workers running and taking new batches."""
+        return sum(1 for w in self._workers.values() if not w.retiring)
+
+    @property
+    def target(self) -> int:
+        return self._target
+
+    def set_target(self, n: int) -> None:
+        """Ask for `n` workers; the consuming thread starts or retires workers to match."""
+        check_range("n", n, 1, self.max_workers, integer=True)
+        self._target = int(n)
+        if not self.consumer_alive:
+            self._maintain()
+
+    def pids(self) -> dict[int, int]:
+        """Worker id -> process id of every running worker."""
+        return {w.wid: w.proc.pid for w in list(self._workers.values()) if w.proc.pid}
+
+    def kill_worker(self, wid: int | None = None) -> int:
+        """SIGKILL worker `wid` (default: the one holding most batches); returns the id killed."""
+        live = [w for w in list(self._workers.values()) if w.proc.is_alive()]
+        if not live:
+            raise WorkerError("kill_worker: no live data worker to kill")
+        w = max(live, key=lambda x: len(x.inflight)) if wid is None else self._workers.get(wid)
+        if w is None:
+            raise ValueError(f"wid={wid!r} is not accepted; expected one of {', '.join(map(str, self._workers))}")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(w.proc.pid, signal.SIGKILL)
+        return w.wid
+
+    def slow_down(self, wid: int, seconds: float) -> None:
+        """Fault injection: make worker `wid` sleep `seconds` before each batch (0 to undo)."""
+        check_range("seconds", seconds, 0)
+        self._delay[wid] = float(seconds)
+
+    def metrics(self) -> dict:
+        """Snapshot for autoscalers and dashboards: workers, queue depth, per-worker throughput."""
+        per = {wid: dict(v) for wid, v in self.stats.per_worker.items()}
+        rates = [v["batches"] / v["busy_s"] for v in per.values() if v["busy_s"] > 0]
+        return {"workers": self.num_workers, "target": self._target,
+                "in_flight": sum(len(w.inflight) for w in list(self._workers.values())),
+                "queue_depth": self.ready_depth, "per_worker_batches_per_s": (sum(rates) / len(rates)) if rates else 0.0,
+                **self.stats.as_dict()}
+
+    # -- the stream -----------------------------------------------------------------------------
+    def stream(self, batches: Iterable[list[int]], on_batch: Callable[[], None] | None = None) -> Iterator[Any]:
+        """Yield the batch of each key list in `batches`, in order, exactly once.
+
+        `on_batch` is called before each delivery (the autoscaler hooks in here).
+        """
+        if self._closed:
+            raise WorkerError("the pool is closed; create a new ProcessWorkerPool")
+        it = iter(batches)
+        base = self._seq
+        keys: dict[int, list[int]] = {}
+        todo: collections.deque[int] = collections.deque()
+        ready: dict[int, Any] = {}
+        st = {"next": base, "end": None, "issued_fresh": base}
+        speculated: set[int] = set()
+        self.consumer_alive = True
+
+        def fresh() -> int | None:
+            if st["end"] is not None:
+                return None
+            # Never run further ahead than there are slots: results must have somewhere to land.
+            if st["issued_fresh"] - st["next"] >= max(self.slots.max_slots, 1):
+                return None
+            try:
+                k = next(it)
+            except StopIteration:
+                st["end"] = st["issued_fresh"]
+                return None
+            seq = st["issued_fresh"]
+            st["issued_fresh"] += 1
+            self._seq = max(self._seq, st["issued_fresh"])
+            keys[seq] = list(k)
+            return seq
+
+        def issue() -> None:
+            for w in sorted(self._workers.values(), key=lambda x: len(x.inflight)):
+                while not w.retiring and len(w.inflight) < self.depth and w.proc.is_alive():
+                    if self.slots.slot_bytes == 0 and any(x.inflight for x in self._workers.values()):
+                        return  # first batch still sizing the slots
+                    seq = todo.popleft() if todo else fresh()
+                    if seq is None:
+                        return
+                    if not self._send(w, seq, keys[seq]):
+                        todo.appendleft(seq)
+                        return
+
+        def on_message(w: _Worker, msg: tuple) -> None:
+            kind, seq, slot, payload, dt = msg
+            w.inflight.pop(seq, None)
+            pw = self.stats.per_worker.setdefault(w.wid, {"batches": 0, "busy_s": 0.0})
+            pw["batches"] += 1
+            pw["busy_s"] += dt
+            self._ewma_task_s = dt if self._ewma_task_s is None else 0.9 * self._ewma_task_s + 0.1 * dt
+            if kind == "err":
+                if slot is not None:
+                    self.slots.release(slot)
+                if seq in keys:
+                    k = keys[seq]
+                    last = payload.strip().splitlines()[-1]
+                    raise WorkerError(f"data worker {w.wid} failed on batch {seq - base} (keys {k[:4]}"
+                                      f"{'...' if len(k) > 4 else ''}): {last}\n{payload}")
+                return
+            dup = seq < st["next"] or seq in ready or seq not in keys
+            if kind == "ok":
+                layout, specs = payload
+                if not dup:
+                    batch = unflatten(layout, unpack(self.slots.buffer(slot), specs))
+                self.slots.release(slot)
+            else:
+                layout, arrays, need = payload
+                if slot is not None:
+                    self.slots.release(slot)
+                self.stats.inline += 1
+                self.slots.grow(need)
+                batch = unflatten(layout, arrays) if not dup else None
+            if dup:
+                self.stats.duplicates_dropped += 1
+            else:
+                ready[seq] = batch
+
+        def poll(timeout: float) -> bool:
+            conns = {w.conn: w for w in self._workers.values()}
+            sentinels = {w.proc.sentinel: w for w in self._workers.values()}
+            if not conns:
+                time.sleep(min(timeout, 0.01))
+                return False
+            got = False
+            for r in wait(list(conns) + list(sentinels), timeout):
+                w = conns.get(r)
+                if w is not None:
+                    try:
+                        while w.conn.poll():
+                            on_message(w, w.conn.recv())
+                            got = True
+                    except (EOFError, OSError, ConnectionError):
+                        pass  # the sentinel reports the death below
+            for w in list(self._workers.values()):
+                if not w.proc.is_alive():
+                    # Drain what it sent before dying; anything it held goes back in the queue.
+                    with contextlib.suppress(EOFError, OSError, ConnectionError):
+                        while w.conn.poll():
+                            on_message(w, w.conn.recv())
+                            got = True
+                    self._bury(w, todo, ready, st["next"], keys)
+            return got
+
+        def stragglers() -> None:
+            head = st["next"]
+            if head in ready or head in speculated or self._ewma_task_s is None:
+                return
+            holder = next((w for w in self._workers.values() if head in w.inflight), None)
+            if holder is None:
+                return
+            age = time.perf_counter() - holder.inflight[head][1]
+            if age < max(0.05, self.straggler_factor * self._ewma_task_s):
+                return
+            others = [w for w in self._workers.values() if w is not holder and not w.retiring
+                      and w.proc.is_alive() and len(w.inflight) <= self.depth]
+            if others and self._send(min(others, key=lambda x: len(x.inflight)), head, keys[head]):
+                speculated.add(head)
+                self.stats.speculative += 1
+
+        try:
+            last_progress = time.perf_counter()
+            while st["end"] is None or st["next"] < st["end"]:
+                self._maintain()
+                issue()
+                poll(0)
+                self.ready_depth = len(ready)
+                if st["next"] in ready:
+                    if on_batch is not None:
+                        on_batch()
+                    batch = ready.pop(st["next"])
+                    keys.pop(st["next"], None)
+                    st["next"] += 1
+                    self.stats.delivered += 1
+                    last_progress = time.perf_counter()
+                    yield batch
+                    continue
+                if st["end"] is not None and st["next"] >= st["end"]:
+                    break
+                if poll(0.05):
+                    last_progress = time.perf_counter()
+                stragglers()
+                if not any(w.proc.is_alive() for w in self._workers.values()) and not self.respawn:
+                    raise WorkerError(f"every data worker has died ({self.stats.worker_deaths} deaths) and "
+                                      "respawn=False; batches cannot be produced")
+                if time.perf_counter() - last_progress > self.batch_timeout:
+                    raise WorkerError(f"no batch from any data worker for {self.batch_timeout:.0f} s "
+                                      f"(waiting for batch {st['next'] - base}; {self.num_workers} workers alive)")
+        finally:
+            self.consumer_alive = False
+            self.ready_depth = 0
+
+    # -- internals --------------------------------------------------------------------------------
+    def _send(self, w: _Worker, seq: int, k: list[int]) -> bool:
+        slot = None
+        if self.slots.slot_bytes:
+            slot = self.slots.acquire()
+            if slot is None:
+                return False
+        try:
+            w.conn.send((seq, k, slot, self.slots.slot_bytes, self._delay.get(w.wid, 0.0)))
+        except (OSError, BrokenPipeError):
+            if slot is not None:
+                self.slots.release(slot)
+            return False
+        w.inflight[seq] = (slot, time.perf_counter())
+        return True
+
+    def _spawn(self) -> _Worker:
+        parent, child = self._ctx.Pipe(duplex=True)
+        wid = self._next_wid
+        self._next_wid += 1
+        proc = self._ctx.Process(target=_worker_main, args=(wid, child, self.part), daemon=True,
+                                 name=f"labkit-dataworker-{wid}")
+        proc.start()
+        child.close()
+        w = _Worker(wid, proc, parent)
+        self._workers[wid] = w
+        self.stats.spawned += 1
+        return w
+
+    def _bury(self, w: _Worker, todo: collections.deque, ready: dict, next_seq: int, keys: dict) -> None:
+        """Forget dead worker `w`; re-issue the batches it held that are still owed."""
+        self._workers.pop(w.wid, None)
+        with contextlib.suppress(OSError):
+            w.conn.close()
+        w.proc.join(timeout=0.1)
+        owed = sorted(s for s in w.inflight if s >= next_seq and s not in ready and s in keys)
+        for slot, _ in w.inflight.values():
+            if slot is not None:
+                self.slots.release(slot)
+        if w.retiring and not w.inflight:
+            self.stats.retired += 1
+            return
+        self.stats.worker_deaths += 1
+        self.stats.reissued += len(owed)
+        if self.respawn and not w.retiring:
+            self._owed_respawns += 1
+        for s in reversed(owed):
+            todo.appendleft(s)
+
+    def _maintain(self) -> None:
+        """Start or retire workers to meet the target; stop retired workers once they are idle."""
+        with self._lock:
+            if self._closed:
+                return
+            active = [w for w in self._workers.values() if not w.retiring]
+            alive_active = [w for w in active if w.proc.is_alive()]
+            if not self.respawn and self.stats.worker_deaths:
+                return  # with respawn off, the dead stay dead (the stream reports it)
+            for _ in range(self._target - len(alive_active)):
+                if len(self._workers) >= self.max_workers + 4:
+                    break
+                self._spawn()
+                if self._owed_respawns:
+                    self._owed_respawns -= 1
+                    self.stats.respawned += 1
+            if len(alive_active) > self._target:
+                for w in sorted(alive_active, key=lambda x: len(x.inflight))[:len(alive_active) - self._target]:
+                    w.retiring = True
+            for w in list(self._workers.values()):
+                if w.retiring and not w.inflight and w.proc.is_alive():
+                    with contextlib.suppress(OSError, BrokenPipeError):
+                        w.conn.send(None)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop every worker (politely, then SIGKILL) and unlink every slot. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        for w in self._workers.values():
+            with contextlib.suppress(OSError, BrokenPipeError):
+                w.conn.send(None)
+        deadline = time.perf_counter() + timeout
+        for w in self._workers.values():
+            w.proc.join(max(0.0, deadline - time.perf_counter()))
+            if w.proc.is_alive():
+                w.proc.kill()
+                w.proc.join(1.0)
+            with contextlib.suppress(OSError):
+                w.conn.close()
+        self._workers.clear()
+        self.slots.close()
+        _LIVE_POOLS.discard(self)
+
+    def __enter__(self) -> "ProcessWorkerPool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def _run_part(part: Callable[[list[int]], Any], keys: list[int]) -> Any:
+    return part(keys)
+
+
+class DaskWorkerPool:
+    """The same stateless part on Dask distributed workers (scale-out backend).
+
+    Pass a scheduler `address` ("tcp://host:port") or a `client`; :meth:`local` starts a
+    LocalCluster on 127.0.0.1 that the pool owns and closes. Batches come back through Dask
+    (pickled); order and exactly-once delivery come from one future per sequence number; Dask
+    itself recomputes tasks lost with a worker.
+    """
+
+    def __init__(self, part: Callable[[list[int]], Any], address: str | None = None, *, client: Any = None,
+                 window: int = 8, batch_timeout: float = 60.0, _cluster: Any = None) -> None:
+        from distributed import Client
+
+        check_range("window", window, 1, 1024, integer=True)
+        check_range("batch_timeout", batch_timeout, 0, lo_open=True)
+        if (address is None) == (client is None):
+            raise ValueError(f"address={address!r} is not accepted with client={client!r}; expected exactly one "
+                             "of a scheduler address or a distributed.Client")
+        self._cluster = _cluster
+        self._own_client = client is None
+        if client is None:
+            try:
+                client = Client(address, timeout="10s", set_as_default=False)
+            except (OSError, TimeoutError) as exc:
+                raise WorkerError(f"address={address!r}: cannot reach the Dask scheduler ({exc})") from None
+        self.client, self.window, self.batch_timeout = client, int(window), float(batch_timeout)
+        self.address = client.scheduler.address
+        self._part = client.scatter(part, broadcast=True, hash=False)
+        self.stats = PoolStats()
+        self._seq = 0
+
+    @classmethod
+    def local(cls, part: Callable[[list[int]], Any], workers: int = 2, **kw: Any) -> "DaskWorkerPool":
+        """Start a LocalCluster of `workers` single-threaded processes on 127.0.0.1 and a pool on it."""
+        from distributed import Client, LocalCluster
+
+        check_range("workers", workers, 1, 64, integer=True)
+        cluster = LocalCluster(host="127.0.0.1", n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=40)
+        client = Client(cluster, set_as_default=False)
+        return cls(part, client=client, _cluster=cluster, **kw)
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.client.scheduler_info(n_workers=-1)["workers"]) if self.client.status == "running" else 0
+
+    def set_target(self, n: int) -> None:
+        """Scale the owned LocalCluster to `n` workers (a remote cluster is scaled by its operator)."""
+        check_range("n", n, 1, 256, integer=True)
+        if self._cluster is None:
+            raise WorkerError("set_target: this pool uses a remote Dask cluster; scale it where it runs")
+        self._cluster.scale(n)
+
+    def metrics(self) -> dict:
+        return {"workers": self.num_workers, **self.stats.as_dict()}
+
+    def stream(self, batches: Iterable[list[int]], on_batch: Callable[[], None] | None = None) -> Iterator[Any]:
+        """Yield each batch in order, exactly once; a lost scheduler raises WorkerError."""
+        from distributed import TimeoutError as DaskTimeout
+
+        it = iter(batches)
+        futures: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        done = False
+        try:
+            while True:
+                while not done and len(futures) < self.window:
+                    try:
+                        k = next(it)
+                    except StopIteration:
+                        done = True
+                        break
+                    seq = self._seq
+                    self._seq += 1
+                    futures[seq] = self._submit(seq, list(k))
+                if not futures:
+                    return
+                seq, fut = futures.popitem(last=False)
+                try:
+                    batch = fut.result(timeout=self.batch_timeout)
+                except (DaskTimeout, TimeoutError):
+                    raise WorkerError(f"batch {seq} took more than batch_timeout={self.batch_timeout:.0f} s on Dask "
+                                      f"({self.client.status}, scheduler {self.address})") from None
+                except (OSError, ConnectionError) as exc:
+                    raise WorkerError(f"the Dask scheduler at {self.address} went away while batch {seq} was in "
+                                      f"flight: {type(exc).__name__}: {exc}") from None
+                except Exception as exc:  # noqa: BLE001
+                    if self.client.status not in ("running", "connecting"):
+                        raise WorkerError(f"the Dask scheduler at {self.address} went away while batch {seq} was "
+                                          f"in flight ({type(exc).__name__})") from None
+                    if type(exc).__name__ in ("CancelledError", "FutureCancelledError", "CommClosedError"):
+                        raise WorkerError(f"the Dask scheduler at {self.address} went away while batch {seq} "
+                                          f"was in flight ({type(exc).__name__}: {exc})") from None
+                    raise WorkerError(f"Dask data worker failed on batch {seq}: {type(exc).__name__}: {exc}") from exc
+                if on_batch is not None:
+                    on_batch()
+                self.stats.delivered += 1
+                yield batch
+        finally:
+            for f in futures.values():
+                with contextlib.suppress(Exception):
+                    f.cancel()
+
+    def _submit(self, seq: int, keys: list[int]) -> Any:
+        if self.client.status != "running":
+            raise WorkerError(f"the Dask scheduler at {self.address} went away (client {self.client.status})")
+        try:
+            return self.client.submit(_run_part, self._part, keys, pure=False, key=f"lkdw-batch-{id(self)}-{seq}")
+        except (OSError, ConnectionError) as exc:
+            raise WorkerError(f"the Dask scheduler at {self.address} went away: {exc}") from None
+
+    def close(self) -> None:
+        """Close the client (and the LocalCluster this pool started). Idempotent."""
+        with contextlib.suppress(Exception):
+            if self._own_client or self._cluster is not None:
+                self.client.close(timeout=5)
+        if self._cluster is not None:
+            with contextlib.suppress(Exception):
+                self._cluster.close(timeout=10)
+            self._cluster = None
+
+    def __enter__(self) -> "DaskWorkerPool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
