@@ -1,0 +1,1 @@
+"""Anchors PICASSO is compared against (optional dependencies, imported lazily)."""

@@ -1,0 +1,140 @@
+"""Hot-row caching: a frequency-based cache plan, the cache itself, and the slow tier behind it.
+
+Three parts, kept apart as in Ginex: the *plan* (which rows are hot: data, built from observed
+id counts), the *cache* (a compact fast-tier copy of those rows plus a row -> slot map) and the
+*slow tier* (the full table: a memory-mapped file behind RAM on a CPU, host memory behind a
+GPU). Lookups and updates of cached rows go to the cache; the rest go to the slow tier.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from labkit.core.errors import bad_value, check_range
+
+
+@dataclass
+class CachePlan:
+    """Which rows of each packed table are cached: `rows[g]` lists group g's hot rows."""
+
+    rows: list[np.ndarray]
+    capacity: int
+    total_rows: int
+
+    @property
+    def fraction(self) -> float:
+        return self.capacity / max(1, self.total_rows)
+
+    @classmethod
+    def from_counts(cls, counts: Sequence[np.ndarray], capacity: int) -> "CachePlan":
+        """Pick the `capacity` most frequently seen rows over all tables (ties: lower row first).
+
+        One global ranking, so a small, hot table is cached whole while a huge, flat one gets
+        only its head: the budget goes where the hits are.
+        """
+        total = int(sum(c.shape[0] for c in counts))
+        check_range("capacity", capacity, 0, total, integer=True)
+        if capacity == 0:
+            return cls([np.zeros(0, np.int64) for _ in counts], 0, total)
+        flat = np.concatenate([np.asarray(c, np.int64) for c in counts])
+        top = np.argpartition(-flat, capacity - 1)[:capacity] if capacity < total else np.arange(total)
+        top = top[flat[top] > 0]  # never cache a row nobody asked for
+        edges = np.cumsum([0] + [c.shape[0] for c in counts])
+        rows = []
+        for g in range(len(counts)):
+            sel = top[(top >= edges[g]) & (top < edges[g + 1])] - edges[g]
+            rows.append(np.sort(sel).astype(np.int64))
+        return cls(rows, int(sum(r.size for r in rows)), total)
+
+    @classmethod
+    def from_fraction(cls, counts: Sequence[np.ndarray], fraction: float) -> "CachePlan":
+        """Plan a cache holding `fraction` of all rows (0..1), chosen by count."""
+        check_range("fraction", fraction, 0.0, 1.0)
+        total = int(sum(c.shape[0] for c in counts))
+        return cls.from_counts(counts, int(round(fraction * total)))
+
+
+class HotRowCache:
+    """The fast tier of one packed table: cached rows (and their optimizer state) and a row -> slot map."""
+
+    def __init__(self, n_rows: int, dim: int, state_dim: int) -> None:
+        self.slot = np.full(n_rows, -1, np.int32)
+        self.rows = np.zeros(0, np.int64)
+        self.weights = np.zeros((1, dim), np.float32)
+        self.state = np.zeros((1, max(1, state_dim)), np.float32)
+
+    @property
+    def size(self) -> int:
+        return int(self.rows.size)
+
+    def fill(self, rows: np.ndarray, slow_weights: np.ndarray, slow_state: np.ndarray) -> None:
+        """Load `rows` from the slow tier into the cache (call :meth:`flush` first to keep updates)."""
+        rows = np.asarray(rows, np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.slot.size):
+            raise bad_value("rows", f"[{rows.min()}, {rows.max()}]", f"row numbers in [0, {self.slot.size})")
+        self.slot[:] = -1
+        self.rows = rows
+        self.slot[rows] = np.arange(rows.size, dtype=np.int32)
+        dim = slow_weights.shape[1]
+        self.weights = np.ascontiguousarray(slow_weights[rows]) if rows.size else np.zeros((1, dim), np.float32)
+        if slow_state.shape[0] == slow_weights.shape[0] and rows.size:
+            self.state = np.ascontiguousarray(slow_state[rows])
+        else:
+            self.state = np.zeros((max(1, rows.size), slow_state.shape[1]), np.float32)
+
+    def flush(self, slow_weights: np.ndarray, slow_state: np.ndarray) -> None:
+        """Write cached rows (and state) back to the slow tier."""
+        if self.rows.size:
+            slow_weights[self.rows] = self.weights
+            if slow_state.shape[0] == slow_weights.shape[0]:
+                slow_state[self.rows] = self.state
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.weights.nbytes + self.state.nbytes + self.slot.nbytes)
+
+
+@dataclass
+class SlowTier:
+    """Full tables in memory-mapped files under one scratch folder (removed by :meth:`close`)."""
+
+    dir: Path
+    files: list[Path] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, root: str | os.PathLike | None = None) -> "SlowTier":
+        """Make a fresh scratch folder (never reusing an existing one) under `root` or the temp dir."""
+        if root is not None:
+            Path(root).mkdir(parents=True, exist_ok=True)
+        d = Path(tempfile.mkdtemp(prefix=f"picasso-slow-{uuid.uuid4().hex[:6]}-", dir=root))
+        return cls(d)
+
+    def array(self, name: str, init: np.ndarray | tuple[int, int]) -> np.ndarray:
+        """Return a writable memory-mapped array `name`, filled from `init` (or zeros of that shape)."""
+        p = self.dir / f"{name}.f32"
+        if p.exists():
+            raise FileExistsError(f"name={name!r} already has a file in {self.dir}; refusing to overwrite it")
+        shape = init.shape if isinstance(init, np.ndarray) else tuple(init)
+        mm = np.lib.format.open_memmap(p, mode="w+", dtype=np.float32, shape=shape)
+        if isinstance(init, np.ndarray):
+            mm[:] = init
+        self.files.append(p)
+        # A plain ndarray view of the mapping: numba kernels take it like any array.
+        return np.asarray(mm)
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def hit_rate(hits: np.ndarray, misses: np.ndarray) -> float:
+    """Return hits / (hits + misses), or 0 when nothing was looked up."""
+    h, m = float(np.sum(hits)), float(np.sum(misses))
+    return h / (h + m) if h + m else 0.0

@@ -1,0 +1,489 @@
+"""CTR data for PICASSO: field specs, jagged batches, a Zipf generator and Criteo TSV / Parquet readers.
+
+A batch is named once (:class:`JaggedBatch`, TorchRec's ``KeyedJaggedTensor`` shape: ids of all
+fields concatenated field-major, one length per (field, sample)) and every embedding module, per
+field or packed, takes that same batch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from labkit.core.atomic import atomic_write_json
+from labkit.core.errors import LabkitError, bad_value, check_choice, check_range
+
+POOLINGS = ("sum", "mean")
+OUT_OF_RANGE = ("refuse", "hash")
+N_DENSE_CRITEO = 13
+N_CAT_CRITEO = 26
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One categorical feature field: its table size, embedding dim, pooling and id statistics.
+
+    `hotness` is the mean number of ids per sample (1 = single-hot); `zipf` the skew of the
+    synthetic ids; `out_of_range` says whether ids >= `cardinality` are refused or hashed.
+    """
+
+    name: str
+    cardinality: int
+    dim: int = 16
+    pooling: str = "sum"
+    hotness: int = 1
+    zipf: float = 1.05
+    out_of_range: str = "refuse"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise bad_value("name", self.name, "a non-empty string")
+        check_range(f"{self.name}.cardinality", self.cardinality, 1, integer=True)
+        check_range(f"{self.name}.dim", self.dim, 1, 1024, integer=True)
+        check_choice(f"{self.name}.pooling", self.pooling, POOLINGS)
+        check_range(f"{self.name}.hotness", self.hotness, 1, 1000, integer=True)
+        check_range(f"{self.name}.zipf", self.zipf, 0.0, 10.0)
+        check_choice(f"{self.name}.out_of_range", self.out_of_range, OUT_OF_RANGE)
+
+
+def make_fields(n_fields: int, *, cardinality: int | Sequence[int] = 100_000,
+                dims: int | Sequence[int] = 16, hotness: int | Sequence[int] = 1, zipf: float = 1.05,
+                pooling: str = "sum", prefix: str = "C") -> list[FieldSpec]:
+    """Return `n_fields` field specs; per-field values cycle through any sequence given."""
+    check_range("n_fields", n_fields, 1, 100_000, integer=True)
+
+    def pick(v, i):
+        return int(v[i % len(v)]) if isinstance(v, (list, tuple, np.ndarray)) else v
+    return [FieldSpec(f"{prefix}{i + 1}", pick(cardinality, i), pick(dims, i), pooling, pick(hotness, i), zipf)
+            for i in range(n_fields)]
+
+
+def criteo_like_cardinalities(n_fields: int, *, max_rows: int = 1_000_000, min_rows: int = 10,
+                              seed: int = 0) -> list[int]:
+    """Return log-uniform table sizes between `min_rows` and `max_rows`, as Criteo's 26 fields spread."""
+    rng = np.random.default_rng([seed, 7])
+    return [int(x) for x in np.exp(rng.uniform(math.log(min_rows), math.log(max_rows), n_fields))]
+
+
+def save_field_specs(specs: Sequence[FieldSpec], path: str | os.PathLike, *, overwrite: bool = False) -> None:
+    """Write a field spec file (JSON list of fields); refuses to overwrite unless asked."""
+    atomic_write_json(path, {"fields": [asdict(s) for s in specs]}, overwrite=overwrite)
+
+
+def load_field_specs(path: str | os.PathLike) -> list[FieldSpec]:
+    """Read a field spec file written by :func:`save_field_specs` (or by hand)."""
+    obj = json.loads(Path(path).read_text())
+    rows = obj.get("fields") if isinstance(obj, dict) else obj
+    if not isinstance(rows, list) or not rows:
+        raise bad_value("path", str(path), "a JSON file with a non-empty 'fields' list")
+    known = set(FieldSpec.__dataclass_fields__)
+    out = []
+    for i, r in enumerate(rows):
+        extra = set(r) - known
+        if extra:
+            raise bad_value(f"fields[{i}]", sorted(extra)[0], "keys among " + ", ".join(sorted(known)))
+        out.append(FieldSpec(**r))
+    names = [s.name for s in out]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise bad_value("fields.name", dup, "unique field names")
+    return out
+
+
+@dataclass
+class JaggedBatch:
+    """One mini-batch: dense features, labels, and the ids of every field as one jagged array.
+
+    ``values`` holds field 0's ids for samples 0..B-1, then field 1's, and so on; ``lengths``
+    has F*B entries (ids per field and sample); ``offsets`` is its exclusive prefix sum.
+    """
+
+    keys: list[str]
+    values: np.ndarray  # int64 [nnz]
+    lengths: np.ndarray  # int64 [F * B]
+    dense: np.ndarray  # float32 [B, n_dense]
+    labels: np.ndarray  # float32 [B]
+    offsets: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.values = np.ascontiguousarray(self.values, dtype=np.int64)
+        self.lengths = np.ascontiguousarray(self.lengths, dtype=np.int64)
+        self.dense = np.ascontiguousarray(self.dense, dtype=np.float32)
+        self.labels = np.ascontiguousarray(self.labels, dtype=np.float32)
+        b, f = self.batch_size, len(self.keys)
+        if self.lengths.shape != (f * b,):
+            raise bad_value("lengths", f"shape {self.lengths.shape}", f"shape ({f * b},) = fields x batch")
+        self.offsets = np.zeros(f * b + 1, np.int64)
+        np.cumsum(self.lengths, out=self.offsets[1:])
+        if self.offsets[-1] != self.values.shape[0]:
+            raise bad_value("values", f"{self.values.shape[0]} ids", f"{self.offsets[-1]} ids (sum of lengths)")
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def n_fields(self) -> int:
+        return len(self.keys)
+
+    def field_ids(self, f: int) -> tuple[np.ndarray, np.ndarray]:
+        """Return (ids, offsets relative to them, length B+1) of field index `f`."""
+        b = self.batch_size
+        off = self.offsets[f * b:(f + 1) * b + 1]
+        return self.values[off[0]:off[-1]], off - off[0]
+
+    def slice(self, start: int, stop: int) -> "JaggedBatch":
+        """Return samples [start, stop) as a new batch (a micro-batch)."""
+        b = self.batch_size
+        lens = self.lengths.reshape(len(self.keys), b)[:, start:stop]
+        vals = [self.values[self.offsets[f * b + start]:self.offsets[f * b + stop]] for f in range(len(self.keys))]
+        return JaggedBatch(self.keys, np.concatenate(vals) if vals else self.values[:0], lens.reshape(-1),
+                           self.dense[start:stop], self.labels[start:stop])
+
+    def split(self, n: int) -> list["JaggedBatch"]:
+        """Split into `n` micro-batches of near-equal size (in sample order)."""
+        check_range("n", n, 1, self.batch_size, integer=True)
+        edges = np.linspace(0, self.batch_size, n + 1).round().astype(int)
+        return [self.slice(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+
+    def to_torchrec(self):
+        """Return this batch's ids as a torchrec ``KeyedJaggedTensor`` (needs torchrec)."""
+        import torch
+        from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+        return KeyedJaggedTensor(keys=list(self.keys), values=torch.from_numpy(self.values),
+                                 lengths=torch.from_numpy(self.lengths))
+
+
+def check_ids(specs: Sequence[FieldSpec], batch: JaggedBatch) -> JaggedBatch:
+    """Return `batch` with ids checked against each field's cardinality (hashed where the spec says so).
+
+    Raises ValueError naming the field when the batch's fields do not match the specs or an id is
+    out of range for a field that refuses such ids.
+    """
+    names = [s.name for s in specs]
+    if list(batch.keys) != names:
+        missing = [n for n in names if n not in batch.keys]
+        extra = [k for k in batch.keys if k not in names]
+        what = (f"field {missing[0]!r} is missing from the data" if missing else
+                f"field {extra[0]!r} is not in the field spec" if extra else "fields are in a different order")
+        raise ValueError(f"field spec does not match the data: {what}; spec has {len(names)} fields, "
+                         f"data has {len(batch.keys)}")
+    b = batch.batch_size
+    values = batch.values
+    for f, s in enumerate(specs):
+        lo, hi = batch.offsets[f * b], batch.offsets[(f + 1) * b]
+        ids = values[lo:hi]
+        if ids.size == 0:
+            continue
+        bad = (ids < 0) | (ids >= s.cardinality)
+        if bad.any():
+            if s.out_of_range == "hash":
+                if values is batch.values:
+                    values = values.copy()
+                values[lo:hi] = np.where(bad, hash_ids(ids, s.cardinality), ids)
+            else:
+                v = int(ids[np.argmax(bad)])
+                raise ValueError(f"field {s.name!r}: id={v} is not accepted; expected 0 <= id < "
+                                 f"{s.cardinality} (set out_of_range='hash' in the field spec to hash it)")
+    if values is batch.values:
+        return batch
+    return JaggedBatch(batch.keys, values, batch.lengths, batch.dense, batch.labels)
+
+
+def hash_ids(ids: np.ndarray, cardinality: int) -> np.ndarray:
+    """Map arbitrary int64 ids into [0, cardinality) with a multiplicative hash."""
+    x = ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    x ^= x >> np.uint64(29)
+    return (x % np.uint64(cardinality)).astype(np.int64)
+
+
+class ZipfSampler:
+    """Draws Zipf-skewed ids for one field by inverse-CDF sampling over its finite id range.
+
+    Rank k (0-based) has probability proportional to (k+1)^-s. Ranks map to ids through a seeded
+    permutation, so hot ids are scattered over the table as in real logs.
+    """
+
+    def __init__(self, cardinality: int, s: float, seed: int | Sequence[int] = 0) -> None:
+        check_range("cardinality", cardinality, 1, integer=True)
+        check_range("s", s, 0.0, 10.0)
+        self.cardinality, self.s = int(cardinality), float(s)
+        w = np.arange(1, self.cardinality + 1, dtype=np.float64) ** -self.s
+        self.cdf = np.cumsum(w)
+        self.cdf /= self.cdf[-1]
+        self.perm = np.random.default_rng(seed).permutation(self.cardinality).astype(np.int64)
+
+    def ranks(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        r = np.searchsorted(self.cdf, rng.random(n), side="right")
+        return np.minimum(r, self.cardinality - 1)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """Return `n` ids."""
+        return self.perm[self.ranks(rng, n)]
+
+    def top_mass(self, k: int) -> float:
+        """Probability mass of the `k` most frequent ids (the ideal hit rate of a k-row cache)."""
+        return float(self.cdf[min(max(k, 1), self.cardinality) - 1]) if k > 0 else 0.0
+
+
+class SyntheticCTR:
+    """A seeded stream of CTR batches over `specs`: Zipf ids, Gaussian dense features, learnable labels.
+
+    Labels follow a fixed hidden logistic model of the ids and dense features, so a model's loss
+    falls as it trains.
+    """
+
+    def __init__(self, specs: Sequence[FieldSpec], *, n_dense: int = N_DENSE_CRITEO, seed: int = 0) -> None:
+        if not specs:
+            raise bad_value("specs", list(specs), "at least one FieldSpec")
+        self.specs = list(specs)
+        self.n_dense = check_range("n_dense", n_dense, 0, 1000, integer=True)
+        self.seed = seed
+        self.samplers = [ZipfSampler(s.cardinality, s.zipf, [seed, 1000 + i]) for i, s in enumerate(specs)]
+        self.dense_w = np.random.default_rng([seed, 3]).normal(0, 0.3, n_dense).astype(np.float32)
+        self._step = 0
+
+    def batch(self, batch_size: int, index: int | None = None) -> JaggedBatch:
+        """Return batch number `index` (the next one if None); the same index gives the same batch."""
+        check_range("batch_size", batch_size, 1, 10_000_000, integer=True)
+        if index is None:
+            index, self._step = self._step, self._step + 1
+        rng = np.random.default_rng([self.seed, 11, index])
+        keys = [s.name for s in self.specs]
+        lengths, values = [], []
+        logit = np.zeros(batch_size, np.float64)
+        for f, (s, smp) in enumerate(zip(self.specs, self.samplers)):
+            if s.hotness == 1:
+                ln = np.ones(batch_size, np.int64)
+            else:
+                ln = rng.integers(1, 2 * s.hotness, batch_size)  # mean = hotness
+            ranks = smp.ranks(rng, int(ln.sum()))
+            values.append(smp.perm[ranks])
+            # hidden effect: hot ranks carry signal, cold ones are noise-like
+            eff = np.cos(ranks * 2.399963 + f) * (0.6 / math.sqrt(len(self.specs) / 8 + 1))
+            seg = np.repeat(np.arange(batch_size), ln)
+            logit += np.bincount(seg, weights=eff, minlength=batch_size) / ln
+            lengths.append(ln)
+        dense = rng.normal(0, 1, (batch_size, self.n_dense)).astype(np.float32)
+        logit += dense @ self.dense_w - 0.5
+        labels = (rng.random(batch_size) < 1 / (1 + np.exp(-logit))).astype(np.float32)
+        return JaggedBatch(keys, np.concatenate(values), np.concatenate(lengths), dense, labels)
+
+    def batches(self, batch_size: int, n: int) -> Iterator[JaggedBatch]:
+        for i in range(n):
+            yield self.batch(batch_size, i)
+
+
+# ----------------------------------------------------------------------------------------------
+# Readers for real CTR logs
+# ----------------------------------------------------------------------------------------------
+
+class MalformedRow(LabkitError):
+    """A row of a CTR log could not be parsed (the message names the file and line)."""
+
+
+@dataclass
+class ReadStats:
+    """What a reader saw: rows read, rows skipped and the first few problems with line numbers."""
+
+    rows: int = 0
+    skipped: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def add_problem(self, msg: str, keep: int = 20) -> None:
+        self.skipped += 1
+        if len(self.problems) < keep:
+            self.problems.append(msg)
+
+
+def criteo_field_specs(cardinality: int = 1_000_000, dim: int = 16, *, out_of_range: str = "hash") -> list[FieldSpec]:
+    """Return specs for Criteo's 26 categorical columns C1..C26 (hex ids hashed into `cardinality`)."""
+    return [FieldSpec(f"C{i + 1}", cardinality, dim, out_of_range=out_of_range) for i in range(N_CAT_CRITEO)]
+
+
+def _criteo_rows_to_batch(specs, labels, dense, cats) -> JaggedBatch:
+    b = len(labels)
+    lengths = np.ones((len(specs), b), np.int64)
+    vals = np.asarray(cats, dtype=np.int64).reshape(b, len(specs)).T.copy() if b else np.zeros((len(specs), 0), np.int64)
+    missing = vals < 0
+    lengths[missing] = 0
+    batch = JaggedBatch([s.name for s in specs], vals[~missing], lengths.reshape(-1),
+                        np.asarray(dense, np.float32).reshape(b, N_DENSE_CRITEO), np.asarray(labels, np.float32))
+    return check_ids(specs, batch)
+
+
+def _parse_cat(tok: str, spec: FieldSpec) -> int:
+    if tok == "":
+        return -1  # missing value: an empty bag for this field
+    v = int(tok, 16)
+    if spec.out_of_range == "hash":
+        return int(hash_ids(np.array([v], np.int64) if v < 2**63 else np.array([v % 2**63], np.int64),
+                            spec.cardinality)[0])
+    if v >= spec.cardinality:
+        raise ValueError(f"field {spec.name!r}: id={v} is not accepted; expected 0 <= id < {spec.cardinality}")
+    return v
+
+
+def read_criteo_tsv(path: str | os.PathLike, specs: Sequence[FieldSpec] | None = None, *,
+                    batch_size: int = 4096, on_error: str = "skip", progress: bool = True,
+                    stats: ReadStats | None = None) -> Iterator[JaggedBatch]:
+    """Stream batches from a Criteo-format TSV (label, 13 integer, 26 hex categorical columns).
+
+    Missing integers become 0 and dense features are log(1 + x) transformed; a missing category is
+    an empty bag. Malformed rows are reported with their line numbers and, with
+    ``on_error="skip"``, counted in `stats` and skipped; with ``on_error="raise"`` the first one
+    raises :class:`MalformedRow`.
+    """
+    check_choice("on_error", on_error, ("skip", "raise"))
+    check_range("batch_size", batch_size, 1, integer=True)
+    specs = list(specs) if specs is not None else criteo_field_specs()
+    if len(specs) != N_CAT_CRITEO:
+        raise bad_value("specs", f"{len(specs)} fields", f"{N_CAT_CRITEO} fields for Criteo's C1..C26")
+    stats = stats if stats is not None else ReadStats()
+    path = Path(path)
+    total = path.stat().st_size
+    from tqdm.auto import tqdm
+    bar = tqdm(total=total, unit="B", unit_scale=True, desc=path.name, disable=not progress)
+    labels, dense, cats = [], [], []
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            bar.update(len(raw))
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            if not line:
+                continue
+            cols = line.split("\t")
+            try:
+                if len(cols) != 1 + N_DENSE_CRITEO + N_CAT_CRITEO:
+                    raise ValueError(f"{len(cols)} columns, expected {1 + N_DENSE_CRITEO + N_CAT_CRITEO}")
+                lab = int(cols[0])
+                if lab not in (0, 1):
+                    raise ValueError(f"label={cols[0]!r}, expected 0 or 1")
+                d = []
+                for j, tok in enumerate(cols[1:1 + N_DENSE_CRITEO]):
+                    try:
+                        x = int(tok) if tok else 0
+                    except ValueError:
+                        raise ValueError(f"I{j + 1}={tok!r} is not an integer") from None
+                    d.append(math.log1p(x) if x > 0 else 0.0)
+                c = []
+                for s, tok in zip(specs, cols[1 + N_DENSE_CRITEO:]):
+                    try:
+                        c.append(_parse_cat(tok, s))
+                    except ValueError as e:
+                        raise ValueError(str(e) if "field" in str(e) else
+                                         f"{s.name}={tok!r} is not a hex id") from None
+            except ValueError as e:
+                msg = f"{path.name} line {lineno}: {e}"
+                if on_error == "raise":
+                    bar.close()
+                    raise MalformedRow(msg + " (pass on_error='skip' to skip and count such rows)") from None
+                stats.add_problem(msg)
+                continue
+            labels.append(lab)
+            dense.append(d)
+            cats.append(c)
+            stats.rows += 1
+            if len(labels) == batch_size:
+                yield _criteo_rows_to_batch(specs, labels, dense, cats)
+                labels, dense, cats = [], [], []
+    bar.close()
+    if labels:
+        yield _criteo_rows_to_batch(specs, labels, dense, cats)
+
+
+def read_criteo_parquet(path: str | os.PathLike, specs: Sequence[FieldSpec] | None = None, *,
+                        batch_size: int = 4096, on_error: str = "skip", progress: bool = True,
+                        stats: ReadStats | None = None) -> Iterator[JaggedBatch]:
+    """Stream batches from a Parquet file with columns label, I1..I13, C1..C26.
+
+    Categorical columns may hold integers or hex strings; nulls are missing values. Rows whose
+    label is not 0/1 or whose ids do not parse are reported by row number (1-based) and skipped or
+    refused as with :func:`read_criteo_tsv`.
+    """
+    import pyarrow.parquet as pq
+    check_choice("on_error", on_error, ("skip", "raise"))
+    specs = list(specs) if specs is not None else criteo_field_specs()
+    stats = stats if stats is not None else ReadStats()
+    pf = pq.ParquetFile(str(path))
+    names = ["label"] + [f"I{i + 1}" for i in range(N_DENSE_CRITEO)] + [s.name for s in specs]
+    have = set(pf.schema_arrow.names)
+    for n in names:
+        if n not in have:
+            raise ValueError(f"field spec does not match the data: column {n!r} is missing from {Path(path).name}")
+    from tqdm.auto import tqdm
+    bar = tqdm(total=pf.metadata.num_rows, unit="rows", desc=Path(path).name, disable=not progress)
+    row0 = 0
+    for rb in pf.iter_batches(batch_size=batch_size, columns=names):
+        cols = rb.to_pydict()
+        n = rb.num_rows
+        labels, dense, cats = [], [], []
+        for i in range(n):
+            try:
+                lab = cols["label"][i]
+                if lab not in (0, 1):
+                    raise ValueError(f"label={lab!r}, expected 0 or 1")
+                d = []
+                for j in range(N_DENSE_CRITEO):
+                    x = cols[f"I{j + 1}"][i]
+                    x = 0 if x is None else int(x)
+                    d.append(math.log1p(x) if x > 0 else 0.0)
+                c = []
+                for s in specs:
+                    v = cols[s.name][i]
+                    if v is None:
+                        c.append(-1)
+                    elif isinstance(v, str):
+                        try:
+                            c.append(_parse_cat(v, s))
+                        except ValueError as e:
+                            raise ValueError(str(e) if "field" in str(e) else f"{s.name}={v!r} is not a hex id") from None
+                    else:
+                        v = int(v)
+                        if v < 0 or v >= s.cardinality:
+                            if s.out_of_range != "hash":
+                                raise ValueError(f"field {s.name!r}: id={v} is not accepted; expected 0 <= id < {s.cardinality}")
+                            v = int(hash_ids(np.array([v], np.int64), s.cardinality)[0])
+                        c.append(v)
+            except (ValueError, TypeError) as e:
+                msg = f"{Path(path).name} row {row0 + i + 1}: {e}"
+                if on_error == "raise":
+                    bar.close()
+                    raise MalformedRow(msg + " (pass on_error='skip' to skip and count such rows)") from None
+                stats.add_problem(msg)
+                continue
+            labels.append(lab)
+            dense.append(d)
+            cats.append(c)
+        stats.rows += len(labels)
+        row0 += n
+        bar.update(n)
+        if labels:
+            yield _criteo_rows_to_batch(specs, labels, dense, cats)
+    bar.close()
+
+
+def write_criteo_tsv(batches: Iterable[JaggedBatch], path: str | os.PathLike, *, overwrite: bool = False) -> int:
+    """Write single-hot batches as Criteo TSV (dense features written as rounded integers); return rows."""
+    from labkit.core.atomic import atomic_open
+    n = 0
+    with atomic_open(path, "w", overwrite=overwrite) as fh:
+        for b in batches:
+            if b.n_fields != N_CAT_CRITEO:
+                raise bad_value("batch.n_fields", b.n_fields, f"{N_CAT_CRITEO} (Criteo has C1..C26)")
+            lens = b.lengths.reshape(b.n_fields, b.batch_size)
+            for i in range(b.batch_size):
+                toks = [str(int(b.labels[i]))] + [str(max(0, int(round(float(x))))) for x in b.dense[i, :N_DENSE_CRITEO]]
+                for f in range(b.n_fields):
+                    if lens[f, i] == 0:
+                        toks.append("")
+                    else:
+                        toks.append(format(int(b.values[b.offsets[f * b.batch_size + i]]), "x"))
+                fh.write("\t".join(toks) + "\n")
+                n += 1
+    return n

@@ -1,0 +1,170 @@
+"""One model interface with PICASSO's three techniques as independent switches.
+
+``RecModel(kind, specs, packing=..., interleave=..., cache=...)`` builds Wide & Deep, DLRM or
+DeepFM over either embedding stage; ``train_step(batch)`` runs forward, backward and both
+optimizers. Every combination of the switches trains the same model on the same data from the
+same initial weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from labkit.core.errors import check_choice, check_range
+from labkit.recsys.cache import CachePlan, SlowTier
+from labkit.recsys.data import N_DENSE_CRITEO, FieldSpec, JaggedBatch, check_ids
+from labkit.recsys.interleave import Interleaver
+from labkit.recsys.models import EMB_OPTIMIZERS, DenseArch, PerFieldEmbeddings, check_hidden, model_tables
+from labkit.recsys.packing import PackedEmbeddings
+
+DENSE_OPTIMIZERS = ("sgd", "adagrad")
+
+
+@dataclass(frozen=True)
+class Techniques:
+    """Which PICASSO techniques are on: packing, interleaving (micro-batches) and caching (row fraction)."""
+
+    packing: bool = False
+    interleave: int = 0
+    cache: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_range("interleave", self.interleave, 0, 1024, integer=True)
+        check_range("cache", self.cache, 0.0, 1.0)
+
+    @property
+    def label(self) -> str:
+        on = [n for n, v in (("packing", self.packing), ("interleave", self.interleave > 1),
+                             ("cache", self.cache > 0)) if v]
+        return "+".join(on) or "baseline"
+
+
+class RecModel:
+    """A CTR model (embedding stage + dense network) with PICASSO's techniques switchable."""
+
+    def __init__(self, kind: str, specs: Sequence[FieldSpec], *, packing: bool = False, interleave: int = 0,
+                 cache: float = 0.0, optimizer: str = "sgd", lr: float = 0.05, dense_optimizer: str = "sgd",
+                 dense_lr: float = 0.05, hidden: Sequence[int] = (128, 64), n_dense: int = N_DENSE_CRITEO,
+                 seed: int = 0, slow_tier_root=None, check: bool = True) -> None:
+        check_choice("optimizer", optimizer, EMB_OPTIMIZERS)
+        check_choice("dense_optimizer", dense_optimizer, DENSE_OPTIMIZERS)
+        self.kind, self.specs = kind, list(specs)
+        self.techniques = Techniques(bool(packing), int(interleave), float(cache))
+        self.check = check
+        tables = model_tables(kind, self.specs)
+        if packing or cache > 0:
+            # Caching without packing keeps one table per field (same kernels, F lookups).
+            tier = SlowTier.create(slow_tier_root) if cache > 0 else None
+            self.embeddings = PackedEmbeddings(tables, optimizer=optimizer, lr=lr, seed=seed,
+                                               group_by="dim" if packing else "field", slow_tier=tier)
+        else:
+            self.embeddings = PerFieldEmbeddings(tables, optimizer=optimizer, lr=lr, seed=seed)
+        self.dense = DenseArch(kind, self.specs, n_dense=n_dense, hidden=check_hidden(hidden), seed=seed)
+        params = list(self.dense.parameters())
+        self.dense_opt = (torch.optim.SGD(params, lr=dense_lr) if dense_optimizer == "sgd"
+                          else torch.optim.Adagrad(params, lr=dense_lr))
+        self.loss_fn = nn.BCEWithLogitsLoss()
+        self._interleaver = Interleaver(interleave) if interleave > 1 else None
+
+    # ---- pieces the step is made of ------------------------------------------------------
+    def loss(self, emb: torch.Tensor, batch: JaggedBatch) -> torch.Tensor:
+        """Mean BCE loss of the dense network on pooled embeddings `emb`."""
+        logits = self.dense(emb, torch.from_numpy(batch.dense))
+        return self.loss_fn(logits, torch.from_numpy(batch.labels))
+
+    def dense_step(self) -> None:
+        self.dense_opt.step()
+        self.dense_opt.zero_grad(set_to_none=True)
+
+    def predict(self, batch: JaggedBatch) -> torch.Tensor:
+        """Return click probabilities ``[B]`` (no training)."""
+        with torch.no_grad():
+            emb = self.embeddings.lookup(batch)
+            return torch.sigmoid(self.dense(emb, torch.from_numpy(batch.dense)))
+
+    def eval_loss(self, batch: JaggedBatch) -> float:
+        with torch.no_grad():
+            return float(self.loss(self.embeddings.lookup(batch), batch))
+
+    def train_step(self, batch: JaggedBatch) -> float:
+        """Forward, backward and update on `batch`; returns the loss before the update."""
+        if self.check:
+            batch = check_ids(self.specs, batch)
+        if self._interleaver is not None:
+            return self._interleaver.step(self, batch)
+        emb = self.embeddings.lookup(batch)
+        e = emb.detach().requires_grad_()
+        loss = self.loss(e, batch)
+        loss.backward()
+        self.embeddings.apply(batch, emb, e.grad)
+        self.dense_step()
+        return float(loss.detach())
+
+    # ---- caching ---------------------------------------------------------------------------
+    def warm_cache(self, batches, fraction: float | None = None) -> CachePlan:
+        """Count ids over `batches`, plan a cache of `fraction` of all rows, and fill it."""
+        if not isinstance(self.embeddings, PackedEmbeddings) or self.embeddings.slow_tier is None:
+            raise ValueError("cache=0 is not accepted for warm_cache; build the model with cache > 0")
+        frac = self.techniques.cache if fraction is None else fraction
+        counts = self.embeddings.count_ids(batches)
+        plan = CachePlan.from_fraction(counts, frac)
+        self.embeddings.plan_cache(plan)
+        return plan
+
+    @property
+    def hit_rate(self) -> float:
+        return self.embeddings.hit_rate
+
+    def copy_weights_from(self, other: "RecModel") -> None:
+        """Make this model's tables and dense weights equal to `other`'s."""
+        for i in range(len(other.embeddings.tables)):
+            self.embeddings.load_table(i, other.embeddings.table_weights(i))
+        self.dense.load_state_dict(other.dense.state_dict())
+
+    def close(self) -> None:
+        if self._interleaver is not None:
+            self._interleaver.close()
+        self.embeddings.close()
+
+    def __enter__(self) -> "RecModel":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def count_ops(step, *, steps: int = 1) -> dict:
+    """Run `step()` under torch.profiler and return operator counts per step.
+
+    Counts every recorded ``aten::`` operator (nested ones included, as the profiler sees them)
+    plus labkit's own numba kernels (``picasso::`` ranges), so packed work is not hidden.
+    """
+    from torch.profiler import ProfilerActivity, profile
+    step()  # warm: first calls allocate optimizer state
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    aten = kern = 0
+    top = 0
+    for ev in prof.events():
+        if ev.name.startswith("aten::"):
+            aten += 1
+            if ev.cpu_parent is None or not ev.cpu_parent.name.startswith("aten::"):
+                top += 1
+        elif ev.name.startswith("picasso::"):
+            kern += 1
+    return {"ops": (aten + kern) / steps, "aten_ops": aten / steps, "top_level_ops": (top + kern) / steps,
+            "kernels": kern / steps}
+
+
+def lookups_per_step(model: RecModel) -> int:
+    return int(model.embeddings.n_lookups)
+
+
+def as_numpy(x) -> np.ndarray:
+    return x.detach().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)

@@ -1,0 +1,232 @@
+"""PICASSO packing: fields grouped into a few packed tables, one lookup and one fused update per group.
+
+Tables with the same packing key (dim, pooling; wide tables apart) share one ``[rows, dim]``
+array with a row offset per field, so a step issues G lookups instead of F, the output lands
+already concatenated (no per-field ``cat``), and the backward pass is fused with the optimizer
+(:mod:`labkit.recsys.kernels`): no sparse gradient tensor, no per-parameter optimizer ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numba
+import numpy as np
+import torch
+
+from labkit.core.errors import bad_value, check_choice, check_range
+from labkit.recsys import kernels
+from labkit.recsys.cache import CachePlan, HotRowCache, SlowTier, hit_rate
+from labkit.recsys.data import JaggedBatch
+from labkit.recsys.tables import Table, column_offsets, init_table, plan_groups
+
+
+def _state_dim(optimizer: str, dim: int) -> int:
+    return {"sgd": 0, "adagrad": dim, "rowwise_adagrad": 1}[optimizer]
+
+
+@dataclass
+class PackedGroup:
+    """One packed table: the tables it holds, where each starts, and its storage."""
+
+    tables: list[int]
+    dim: int
+    mean: bool
+    feature: np.ndarray  # batch field index of each table
+    row_off: np.ndarray  # first packed row of each table
+    col0: int  # first output column
+    weights: np.ndarray  # [rows, dim]: RAM, or the memory-mapped slow tier
+    state: np.ndarray  # optimizer state rows ([rows, dim], [rows, 1]) or a [1, 1] placeholder
+    mark: np.ndarray  # -1 scratch for the fused update
+    cache: HotRowCache | None = None
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.weights.shape[0])
+
+
+class PackedEmbeddings:
+    """Embedding stage with packed tables, fused backward + optimizer, and an optional hot-row cache.
+
+    ``lookup(batch)`` returns the pooled embeddings ``[B, sum of dims]`` (canonical table order)
+    and ``apply(batch, emb, grad)`` runs the fused backward + update for the gradient of that
+    output. ``group_by="field"`` keeps one table per field (no packing) with the same kernels.
+    ``slow_tier`` puts full tables in memory-mapped files; :meth:`plan_cache` then keeps the hot
+    rows in RAM.
+    """
+
+    packed = True
+
+    def __init__(self, tables: Sequence[Table], *, optimizer: str = "sgd", lr: float = 0.05,
+                 eps: float = 1e-10, group_by: str = "dim", seed: int = 0,
+                 slow_tier: SlowTier | None = None) -> None:
+        if not tables:
+            raise bad_value("tables", list(tables), "at least one Table")
+        check_choice("optimizer", optimizer, kernels.OPTIMIZERS)
+        check_range("lr", lr, 0.0, lo_open=True)
+        self.tables = list(tables)
+        self.optimizer, self.lr, self.eps = optimizer, float(lr), float(eps)
+        self._opt = kernels.OPTIMIZERS[optimizer]
+        self.slow_tier = slow_tier
+        cols = column_offsets(self.tables)
+        self.width = sum(t.dim for t in self.tables)
+        self.groups: list[PackedGroup] = []
+        sd = _state_dim(optimizer, 0)
+        for gi, idx in enumerate(plan_groups(self.tables, group_by)):
+            t0 = self.tables[idx[0]]
+            sizes = [self.tables[i].cardinality for i in idx]
+            row_off = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+            n = int(sum(sizes))
+            w = np.empty((n, t0.dim), np.float32)
+            for i, r0 in zip(idx, row_off):
+                w[r0:r0 + self.tables[i].cardinality] = init_table(i, self.tables[i], seed)
+            sd = _state_dim(optimizer, t0.dim)
+            state = np.zeros((n, sd) if sd else (1, 1), np.float32)
+            if slow_tier is not None:
+                w = slow_tier.array(f"group{gi}_weights", w)
+                if sd:
+                    state = slow_tier.array(f"group{gi}_state", state)
+            self.groups.append(PackedGroup(
+                idx, t0.dim, t0.pooling == "mean", np.array([self.tables[i].feature for i in idx], np.int64),
+                row_off, cols[idx[0]], w, state, np.full(n, -1, np.int64)))
+        n_feat = max(t.feature for t in self.tables) + 1
+        self.hits = np.zeros(n_feat, np.int64)
+        self.misses = np.zeros(n_feat, np.int64)
+        self._dummy_slot = np.full(1, -1, np.int32)
+
+    # ---- forward / backward --------------------------------------------------------------
+    def _cache_args(self, g: PackedGroup):
+        if g.cache is not None and g.cache.size:
+            return g.cache.slot, g.cache.weights, g.cache.state, True
+        return self._dummy_slot, g.weights[:1], g.state[:1], False
+
+    def lookup(self, batch: JaggedBatch) -> torch.Tensor:
+        """Return pooled embeddings ``[B, width]`` of `batch` (one kernel call per packed table)."""
+        out = np.empty((batch.batch_size, self.width), np.float32)
+        with torch.profiler.record_function("picasso::packed_lookup"):
+            for g in self.groups:
+                slot, cw, _, use = self._cache_args(g)
+                kernels.pooled_lookup(g.weights, slot, cw, use, g.feature, g.row_off, batch.offsets,
+                                      batch.values, batch.batch_size, g.mean, out, g.col0, self.hits, self.misses,
+                                      self.chunks)
+        return torch.from_numpy(out)
+
+    def apply(self, batch: JaggedBatch, emb, grad: torch.Tensor) -> None:
+        """Fused backward + optimizer update of every packed table for output gradient `grad`."""
+        self._backward(batch, grad, self._opt)
+
+    def _backward(self, batch: JaggedBatch, grad: torch.Tensor, opt: int, states=None) -> None:
+        g_np = grad.detach().numpy() if isinstance(grad, torch.Tensor) else np.asarray(grad, np.float32)
+        if g_np.shape != (batch.batch_size, self.width):
+            raise bad_value("grad", f"shape {g_np.shape}", f"shape ({batch.batch_size}, {self.width})")
+        with torch.profiler.record_function("picasso::fused_backward_update"):
+            for gi, g in enumerate(self.groups):
+                slot, cw, cs, use = self._cache_args(g)
+                st = g.state if states is None else states[gi]
+                if states is not None:
+                    use = False  # gradients are taken against the slow tier's row numbering
+                kernels.fused_backward_update(g.weights, st, slot, cw, cs, use, g.feature, g.row_off,
+                                              batch.offsets, batch.values, batch.batch_size, g.mean, g_np,
+                                              g.col0, opt, self.lr, self.eps, g.mark, self.chunks)
+
+    def weight_gradients(self, batch: JaggedBatch, grad: torch.Tensor) -> list[np.ndarray]:
+        """Return the dense gradient of each table's rows for output gradient `grad` (no update)."""
+        states = [np.zeros_like(np.asarray(g.weights)) for g in self.groups]
+        self._backward(batch, grad, kernels.GRAD, states)
+        out = [np.empty(0)] * len(self.tables)
+        for g, st in zip(self.groups, states):
+            for i, r0 in zip(g.tables, g.row_off):
+                out[i] = st[r0:r0 + self.tables[i].cardinality]
+        return out
+
+    # ---- tables ----------------------------------------------------------------------------
+    def table_weights(self, i: int) -> np.ndarray:
+        """Return a copy of table `i`'s current rows (cached rows taken from the cache)."""
+        for g in self.groups:
+            if i in g.tables:
+                r0 = int(g.row_off[g.tables.index(i)])
+                w = np.array(g.weights[r0:r0 + self.tables[i].cardinality])
+                if g.cache is not None and g.cache.size:
+                    rows = g.cache.rows
+                    sel = (rows >= r0) & (rows < r0 + w.shape[0])
+                    w[rows[sel] - r0] = g.cache.weights[np.nonzero(sel)[0]]
+                return w
+        raise bad_value("i", i, f"a table index in [0, {len(self.tables)})")
+
+    def load_table(self, i: int, w: np.ndarray) -> None:
+        """Overwrite table `i`'s rows with `w` (drops any cache; plan it again afterwards)."""
+        for g in self.groups:
+            if i in g.tables:
+                r0 = int(g.row_off[g.tables.index(i)])
+                if w.shape != (self.tables[i].cardinality, g.dim):
+                    raise bad_value("w", f"shape {w.shape}", f"shape ({self.tables[i].cardinality}, {g.dim})")
+                self.drop_cache()
+                g.weights[r0:r0 + w.shape[0]] = w
+                return
+        raise bad_value("i", i, f"a table index in [0, {len(self.tables)})")
+
+    @property
+    def chunks(self) -> int:
+        """Runs of tables per kernel call: one per numba thread."""
+        return int(numba.get_num_threads())
+
+    @property
+    def n_lookups(self) -> int:
+        """Lookup kernel calls per step (one per packed table)."""
+        return len(self.groups)
+
+    @property
+    def nbytes(self) -> int:
+        return int(sum(g.weights.nbytes + g.state.nbytes for g in self.groups))
+
+    # ---- caching ---------------------------------------------------------------------------
+    def count_ids(self, batches, counts: list[np.ndarray] | None = None) -> list[np.ndarray]:
+        """Return per-group row counts over `batches` (added to `counts` if given)."""
+        counts = counts or [np.zeros(g.n_rows, np.int64) for g in self.groups]
+        for b in batches:
+            for g, c in zip(self.groups, counts):
+                kernels.count_rows(c, g.feature, g.row_off, b.offsets, b.values, b.batch_size)
+        return counts
+
+    def plan_cache(self, plan: CachePlan) -> None:
+        """Fill each group's hot-row cache with the rows `plan` names (flushing the old cache first)."""
+        if len(plan.rows) != len(self.groups):
+            raise bad_value("plan", f"{len(plan.rows)} groups", f"{len(self.groups)} groups (one per packed table)")
+        for g, rows in zip(self.groups, plan.rows):
+            if g.cache is None:
+                g.cache = HotRowCache(g.n_rows, g.dim, g.state.shape[1])
+            g.cache.flush(g.weights, g.state)
+            g.cache.fill(rows, g.weights, g.state)
+        self.reset_hits()
+
+    def drop_cache(self) -> None:
+        """Write the cache back to the slow tier and stop caching."""
+        for g in self.groups:
+            if g.cache is not None:
+                g.cache.flush(g.weights, g.state)
+                g.cache = None
+
+    def reset_hits(self) -> None:
+        self.hits[:] = 0
+        self.misses[:] = 0
+
+    @property
+    def hit_rate(self) -> float:
+        """Fraction of looked-up ids served by the hot-row cache since the last reset."""
+        return hit_rate(self.hits, self.misses)
+
+    @property
+    def cached_rows(self) -> int:
+        return int(sum(g.cache.size for g in self.groups if g.cache is not None))
+
+    @property
+    def total_rows(self) -> int:
+        return int(sum(g.n_rows for g in self.groups))
+
+    def close(self) -> None:
+        """Release the slow tier's files (if this stage made them)."""
+        self.drop_cache()
+        if self.slow_tier is not None:
+            self.groups = []
+            self.slow_tier.close()
