@@ -2,9 +2,9 @@
 
 The builder is a two-pass counting sort: count each source's degree, prefix-sum into
 ``indptr``, then scatter destinations into ``indices``. Both passes are numba kernels that
-release the GIL and split the work by *row range* (thread t owns rows [r_t, r_{t+1})), so no two
-threads write the same slot and no per-thread histograms are needed. The same kernels take
-edges in chunks, so an edge list larger than memory is built in two streaming passes
+release the GIL; thread t takes slice t of the edges with its own counts, turned into its own
+write cursors, so no two threads write the same slot and rows keep input order (a stable
+sort). The same kernels take edges in chunks, so an edge list larger than memory is built in two streaming passes
 (:func:`build_csr_chunked`) while only the CSR itself is held.
 
 Topology is kept apart from attributes (as in AliGraph): a :class:`CSR` holds ``indptr``,
@@ -96,36 +96,59 @@ def _threads() -> int:
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def _count_rows(src, dst, drop_self_loops, row_bounds, counts):
-    """counts[v] += out-degree of v over this chunk; thread t only touches rows of its range."""
-    nt = len(row_bounds) - 1
+def _hist(src, dst, drop_self_loops, hist):
+    """hist[t, v] = edges from v in thread t's slice of the chunk (no shared writes, no branches on t)."""
+    nt = hist.shape[0]
+    m = len(src)
     for t in prange(nt):
-        lo, hi = row_bounds[t], row_bounds[t + 1]
-        for i in range(len(src)):
+        h = hist[t]
+        for i in range(t * m // nt, (t + 1) * m // nt):
             s = src[i]
-            if s >= lo and s < hi:
-                if drop_self_loops and s == dst[i]:
-                    continue
-                counts[s] += 1
+            if drop_self_loops and s == dst[i]:
+                continue
+            h[s] += 1
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def _scatter_rows(src, dst, eid0, drop_self_loops, row_bounds, cursor, indices, eid, track_eid):
-    """Write each edge's destination at cursor[src]++ (and its input id when tracked)."""
-    nt = len(row_bounds) - 1
+def _hist_to_cursors(hist, cursor):
+    """Turn per-thread counts into per-thread write cursors starting at `cursor`; advance `cursor`."""
+    nt, n = hist.shape
+    for v in prange(n):
+        c = cursor[v]
+        for t in range(nt):
+            x = hist[t, v]
+            hist[t, v] = c
+            c += x
+        cursor[v] = c
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _scatter(src, dst, eid0, drop_self_loops, cur, indices, eid, track_eid):
+    """Write each edge's destination at its thread's cursor (stable: input order kept per row)."""
+    nt = cur.shape[0]
+    m = len(src)
     for t in prange(nt):
-        lo, hi = row_bounds[t], row_bounds[t + 1]
-        for i in range(len(src)):
+        c = cur[t]
+        for i in range(t * m // nt, (t + 1) * m // nt):
             s = src[i]
-            if s >= lo and s < hi:
-                d = dst[i]
-                if drop_self_loops and s == d:
-                    continue
-                p = cursor[s]
-                indices[p] = d
-                if track_eid:
-                    eid[p] = eid0 + i
-                cursor[s] = p + 1
+            d = dst[i]
+            if drop_self_loops and s == d:
+                continue
+            p = c[s]
+            indices[p] = d
+            if track_eid:
+                eid[p] = eid0 + i
+            c[s] = p + 1
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _sum_rows(hist, out):
+    nt, n = hist.shape
+    for v in prange(n):
+        x = 0
+        for t in range(nt):
+            x += hist[t, v]
+        out[v] += x
 
 
 @njit(inline="always")
@@ -140,15 +163,58 @@ def _insertion_sort(a, lo, hi):
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def _sort_rows(indptr, indices, row_bounds):
+def _sort_rows(indptr, indices, row_bounds, num_nodes, max_deg, ucount):
+    """Sort every row's neighbour ids in place; ucount[v] = distinct ids in row v (if len(ucount)).
+
+    Short rows: insertion sort. Long rows (hubs hold most R-MAT edges): a bucket sort by value
+    range with about 4 ids per bucket, then insertion sort inside buckets; O(d) expected since
+    ids are scrambled over [0, num_nodes). Scratch is one max-degree buffer per thread.
+    """
     nt = len(row_bounds) - 1
     for t in prange(nt):
+        scratch = np.empty(max_deg, indices.dtype)
+        bstart = np.empty(max_deg // 4 + 2, np.int64)
         for v in range(row_bounds[t], row_bounds[t + 1]):
             lo, hi = indptr[v], indptr[v + 1]
-            if hi - lo <= 24:
+            d = hi - lo
+            if d <= 32:
                 _insertion_sort(indices, lo, hi)
-            else:
-                indices[lo:hi] = np.sort(indices[lo:hi])
+                if len(ucount):
+                    ucount[v] = _count_distinct(indices, lo, hi)
+                continue
+            nb = d // 4 + 1
+            bstart[:nb + 1] = 0
+            for p in range(lo, hi):
+                bstart[(np.int64(indices[p]) * nb) // num_nodes + 1] += 1
+            for j in range(nb):
+                bstart[j + 1] += bstart[j]
+            for p in range(lo, hi):
+                bk = (np.int64(indices[p]) * nb) // num_nodes
+                scratch[bstart[bk]] = indices[p]
+                bstart[bk] += 1
+            # bstart[j] now holds the end of bucket j; sort each bucket back into place.
+            prev = 0
+            for j in range(nb):
+                end = bstart[j]
+                for q in range(prev, end):
+                    x = scratch[q]
+                    r = lo + q - 1
+                    while r >= lo + prev and indices[r] > x:
+                        indices[r + 1] = indices[r]
+                        r -= 1
+                    indices[r + 1] = x
+                prev = end
+            if len(ucount):
+                ucount[v] = _count_distinct(indices, lo, hi)
+
+
+@njit(inline="always")
+def _count_distinct(a, lo, hi):
+    c = 0
+    for p in range(lo, hi):
+        if p == lo or a[p] != a[p - 1]:
+            c += 1
+    return c
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -191,10 +257,6 @@ def _compact_unique(indptr, indices, eid, new_indptr, out, out_eid, track_eid, r
                     q += 1
 
 
-def _even_row_bounds(num_nodes: int, nt: int) -> np.ndarray:
-    return np.linspace(0, num_nodes, nt + 1).astype(np.int64)
-
-
 def _edge_balanced_bounds(indptr: np.ndarray, nt: int) -> np.ndarray:
     """Row boundaries that give each thread about the same number of edges."""
     m = indptr[-1]
@@ -226,14 +288,16 @@ def _check_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int | None, offset
 
 def _finish(indptr, indices, eid, num_nodes, sort, dedup, nt):
     bounds = _edge_balanced_bounds(indptr, nt)
+    ucount = np.empty(num_nodes if dedup else 0, np.int64)
     if sort or dedup:
         if eid is None:
-            _sort_rows(indptr, indices, bounds)
+            max_deg = int(np.max(np.diff(indptr))) if num_nodes else 0
+            _sort_rows(indptr, indices, bounds, num_nodes, max_deg, ucount)
         else:
             _sort_rows_by_key(indptr, indices, eid, bounds)
+            if dedup:
+                _count_unique(indptr, indices, bounds, ucount)
     if dedup:
-        ucount = np.empty(num_nodes, np.int64)
-        _count_unique(indptr, indices, bounds, ucount)
         new_indptr = np.zeros(num_nodes + 1, np.int64)
         np.cumsum(ucount, out=new_indptr[1:])
         del ucount
@@ -265,14 +329,17 @@ def build_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int | None = None, *,
             raise bad_value("weights", f"shape {weights.shape}", f"shape {src.shape} (one weight per edge)")
         return_eid = True
     nt = _threads()
-    counts = np.zeros(num_nodes + 1, np.int64)
-    _count_rows(src, dst, drop_self_loops, _even_row_bounds(num_nodes, nt), counts[1:])
-    indptr = np.cumsum(counts, out=counts)
+    hist = np.zeros((nt, num_nodes), np.int64)
+    _hist(src, dst, drop_self_loops, hist)
+    indptr = np.zeros(num_nodes + 1, np.int64)
+    _sum_rows(hist, indptr[1:])
+    np.cumsum(indptr, out=indptr)
     indices = np.empty(int(indptr[-1]), _index_dtype(num_nodes))
     eid = np.empty(len(indices) if return_eid else 0, np.int64)
     cursor = indptr[:-1].copy()
-    _scatter_rows(src, dst, 0, drop_self_loops, _edge_balanced_bounds(indptr, nt), cursor, indices, eid,
-                  return_eid)
+    _hist_to_cursors(hist, cursor)
+    _scatter(src, dst, 0, drop_self_loops, hist, indices, eid, return_eid)
+    del hist
     del cursor
     indptr, indices, eid = _finish(indptr, indices, eid if return_eid else None, num_nodes, sort, dedup, nt)
     return CSR(indptr, indices, eid, None if weights is None else weights[eid])
@@ -294,27 +361,34 @@ def build_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, np.ndarray
     """
     check_range("num_nodes", num_nodes, 1, integer=True)
     nt = _threads()
-    counts = np.zeros(num_nodes + 1, np.int64)
-    even = _even_row_bounds(num_nodes, nt)
+    # One (threads x nodes) count buffer, reused for every chunk of both passes.
+    hist = np.zeros((nt, num_nodes), np.int64)
+    indptr = np.zeros(num_nodes + 1, np.int64)
     off = 0
     for s, d in chunks():
         s, d = np.asarray(s), np.asarray(d)
         _check_edges(s, d, num_nodes, off)
-        _count_rows(s, d, drop_self_loops, even, counts[1:])
+        hist[:] = 0
+        _hist(s, d, drop_self_loops, hist)
+        _sum_rows(hist, indptr[1:])
         off += len(s)
         if progress:
             progress(len(s))
-    indptr = np.cumsum(counts, out=counts)
+    np.cumsum(indptr, out=indptr)
     indices = np.empty(int(indptr[-1]), _index_dtype(num_nodes))
     eid = np.empty(len(indices) if return_eid else 0, np.int64)
     cursor = indptr[:-1].copy()
-    bounds = _edge_balanced_bounds(indptr, nt)
     off = 0
     for s, d in chunks():
-        _scatter_rows(np.asarray(s), np.asarray(d), off, drop_self_loops, bounds, cursor, indices, eid, return_eid)
+        s, d = np.asarray(s), np.asarray(d)
+        hist[:] = 0
+        _hist(s, d, drop_self_loops, hist)
+        _hist_to_cursors(hist, cursor)
+        _scatter(s, d, off, drop_self_loops, hist, indices, eid, return_eid)
         off += len(s)
         if progress:
             progress(len(s))
+    del hist
     if not np.array_equal(cursor, indptr[1:]):
         raise ValueError("chunks() yielded different edges on its second pass; it must replay the same stream")
     del cursor

@@ -8,7 +8,13 @@ Communities: R-MAT is generated over "raw" ids; the community of a raw id is its
 ``log2(num_communities)`` bits. With probability ``p_intra`` an edge's destination is moved into
 the source's community (its low bits replaced, its high bits, and so most of its degree skew,
 kept). Raw ids are then relabelled with a seeded bijection (Graph500's vertex scrambling), so
-hubs are spread over the id space. Node labels are the communities, and
+hubs are spread over the id space.
+
+Graph500 uses one scrambling for both ends of an edge, so a vertex's in- and out-degree are
+strongly correlated (about 0.93 in log degree). ``split_roles=True`` scrambles the destination
+role's high bits with a second bijection (community bits kept), making in- and out-degree
+independent draws, as in user-item graphs where popular items are not active users; that
+asymmetry is what AliGraph's importance Imp = D_in / D_out ranks. Node labels are the communities, and
 :func:`rmat_features` gives noisy class-centred features, so a GNN that aggregates neighbours
 beats one that does not and accuracy means something.
 """
@@ -41,6 +47,7 @@ class RMatParams:
     num_communities: int = 16
     p_intra: float = 0.8
     seed: int = 0
+    split_roles: bool = False
 
     def __post_init__(self) -> None:
         check_range("scale", self.scale, 1, 40, integer=True)
@@ -82,7 +89,7 @@ def _scramble(x, scale, k1, k2):
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def _rmat_range(start, stop, scale, a, b, c, comm_bits, p_intra, seed, src, dst):
+def _rmat_range(start, stop, scale, a, b, c, comm_bits, p_intra, seed, split_roles, src, dst):
     ab = a + b
     abc = a + b + c
     k1 = mix64(np.uint64(seed) ^ np.uint64(0x5CA1AB1E))
@@ -106,6 +113,8 @@ def _rmat_range(start, stop, scale, a, b, c, comm_bits, p_intra, seed, src, dst)
         st += GOLDEN
         if float(mix64(st) >> np.uint64(11)) * inv53 < p_intra:
             v = (v & ~cmask) | (u & cmask)
+        if split_roles and scale > comm_bits:
+            v = (_scramble(v >> np.uint64(comm_bits), scale - comm_bits, k2, k1) << np.uint64(comm_bits)) | (v & cmask)
         src[i] = _scramble(u, scale, k1, k2)
         dst[i] = _scramble(v, scale, k1, k2)
 
@@ -126,7 +135,7 @@ def rmat_edge_chunks(params: RMatParams, chunk_edges: int = 1 << 22, *, start: i
         src = np.empty(hi - lo, params.id_dtype)
         dst = np.empty(hi - lo, params.id_dtype)
         _rmat_range(lo, hi, params.scale, params.a, params.b, params.c, comm_bits, params.p_intra,
-                    params.seed, src, dst)
+                    params.seed, params.split_roles, src, dst)
         yield src, dst
 
 
@@ -136,7 +145,7 @@ def rmat_edges(params: RMatParams) -> tuple[np.ndarray, np.ndarray]:
     dst = np.empty(params.num_edges, params.id_dtype)
     comm_bits = int(math.log2(params.num_communities))
     _rmat_range(0, params.num_edges, params.scale, params.a, params.b, params.c, comm_bits,
-                params.p_intra, params.seed, src, dst)
+                params.p_intra, params.seed, params.split_roles, src, dst)
     return src, dst
 
 

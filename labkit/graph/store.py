@@ -1,0 +1,277 @@
+"""Graph stores: one interface over an in-process graph, or partitions served by workers.
+
+- :class:`LocalStore`: the whole graph in this process (the embedded default).
+- :class:`PartitionedStore`: vertices split by a :class:`~labkit.graph.partition.Partitioning`;
+  each partition is a :class:`PartitionServer` holding its vertices' out-edges and attributes
+  (topology and attributes kept apart). Backends: ``"embedded"`` (servers are objects in this
+  process) or ``"dask"`` (each server is a Dask actor on its own worker process, so a remote
+  fetch really is serialised and crosses a process boundary). An optional
+  :class:`~labkit.graph.importance.NeighborCache` answers lookups for important vertices
+  locally and only the misses go to the owners.
+- :class:`StoreSampler`: multi-hop NEIGHBORHOOD sampling over any store, using the same numba
+  kernels on the neighbour lists the store returns.
+
+A failed fetch (e.g. a dead worker) raises :class:`StoreError` naming the partition and the
+worker; a sample is never returned with parts missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit, prange
+
+from labkit.core.errors import LabkitError, bad_value, check_choice
+from labkit.graph.csr import CSR, check_node_ids
+from labkit.graph.importance import NeighborCache, gather_lists
+from labkit.graph.partition import Partitioning
+from labkit.graph.sampling import MultiHopSample, _relabel, _reset, _sample_hop, check_fanout
+
+BACKENDS = ("embedded", "dask")
+
+
+class StoreError(LabkitError):
+    """A partition could not answer (its worker died or raised); the request was not completed."""
+
+
+@dataclass
+class FetchStats:
+    """What went over the wire: calls to partition servers, ids asked for, bytes returned."""
+
+    remote_calls: int = 0
+    remote_ids: int = 0
+    remote_bytes: int = 0
+
+    def reset(self) -> None:
+        self.remote_calls = self.remote_ids = self.remote_bytes = 0
+
+
+class LocalStore:
+    """The whole graph in this process: out-neighbour lists, node features and labels."""
+
+    def __init__(self, csr: CSR, features: np.ndarray | None = None, labels: np.ndarray | None = None) -> None:
+        self.csr, self.x, self.labels = csr, features, labels
+        self.num_nodes = csr.num_nodes
+        self.stats = FetchStats()
+
+    def neighbors(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Return (ptr, nbrs): the out-neighbour lists of `ids` packed in order."""
+        ids = check_node_ids("ids", ids, self.num_nodes)
+        return gather_lists(self.csr.indptr, self.csr.indices, ids)
+
+    def features(self, ids: np.ndarray) -> np.ndarray:
+        """Return the feature rows of `ids`."""
+        if self.x is None:
+            raise bad_value("features", None, "a store built with a feature matrix")
+        return self.x[check_node_ids("ids", ids, self.num_nodes)]
+
+    def close(self) -> None:
+        pass
+
+
+class PartitionServer:
+    """One partition: its vertices' out-neighbour lists and feature rows, addressed by global id."""
+
+    def __init__(self, part: int, members: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
+                 features: np.ndarray | None) -> None:
+        self.part = part
+        self.members = members  # sorted global ids
+        self.indptr, self.indices, self.x = indptr, indices, features
+
+    def _rows(self, ids: np.ndarray) -> np.ndarray:
+        rows = np.searchsorted(self.members, ids)
+        ok = (rows < len(self.members)) & (self.members[np.minimum(rows, len(self.members) - 1)] == ids)
+        if not ok.all():
+            bad = int(ids[~ok][0])
+            raise ValueError(f"ids contains {bad}, which partition {self.part} does not own")
+        return rows
+
+    def neighbors(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Return (ptr, nbrs) for owned global `ids`."""
+        return gather_lists(self.indptr, self.indices, self._rows(ids))
+
+    def features(self, ids: np.ndarray) -> np.ndarray:
+        return self.x[self._rows(ids)]
+
+    def ping(self) -> int:
+        return self.part
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _place(out_ptr, pos, ptr, nbrs, out):
+    for i in prange(len(pos)):
+        q = out_ptr[pos[i]]
+        for j in range(ptr[i + 1] - ptr[i]):
+            out[q + j] = nbrs[ptr[i] + j]
+
+
+class PartitionedStore:
+    """Partitions served by PartitionServers (in-process or Dask actors), with an optional importance cache."""
+
+    def __init__(self, csr: CSR, partitioning: Partitioning, features: np.ndarray | None = None, *,
+                 backend: str = "embedded", client=None, cache: NeighborCache | None = None,
+                 labels: np.ndarray | None = None) -> None:
+        check_choice("backend", backend, BACKENDS)
+        if backend == "dask" and client is None:
+            raise bad_value("client", None, "a dask.distributed.Client when backend='dask' "
+                            "(see labkit.graph.store.local_cluster)")
+        self.num_nodes, self.backend, self.client = csr.num_nodes, backend, client
+        self.partitioning, self.owner = partitioning, partitioning.owner
+        self.cache, self.labels = cache, labels
+        self.feature_dim = None if features is None else features.shape[1]
+        self.stats = FetchStats()
+        self.servers, self.addresses = [], []
+        workers = list(client.scheduler_info()["workers"]) if backend == "dask" else []
+        for p in range(partitioning.num_parts):
+            members = partitioning.members(p)
+            ptr, idx = gather_lists(csr.indptr, csr.indices, members)
+            x = None if features is None else features[members]
+            if backend == "embedded":
+                self.servers.append(PartitionServer(p, members, ptr, idx, x))
+                self.addresses.append("in-process")
+            else:
+                addr = workers[p % len(workers)]
+                fut = client.submit(PartitionServer, p, members, ptr, idx, x, actor=True, workers=[addr],
+                                    pure=False)
+                self.servers.append(fut.result())
+                self.addresses.append(addr)
+
+    def _call(self, method: str, groups: dict[int, np.ndarray]) -> dict[int, object]:
+        """Ask each partition in `groups` at once, then wait for all; any failure raises StoreError."""
+        pending = {}
+        for p, ids in groups.items():
+            self.stats.remote_calls += 1
+            self.stats.remote_ids += len(ids)
+            try:
+                pending[p] = getattr(self.servers[p], method)(ids)
+            except Exception as e:  # noqa: BLE001 - re-raised with the partition named
+                raise self._error(p, method, ids, e) from e
+        out = {}
+        for p, res in pending.items():
+            try:
+                out[p] = res.result(timeout=60) if self.backend == "dask" else res
+            except Exception as e:  # noqa: BLE001
+                raise self._error(p, method, groups[p], e) from e
+        return out
+
+    def _error(self, p: int, method: str, ids: np.ndarray, e: Exception) -> StoreError:
+        return StoreError(f"partition {p} (worker {self.addresses[p]}) failed on {method} of {len(ids)} "
+                          f"vertices: {type(e).__name__}: {e}")
+
+    def _group(self, ids: np.ndarray) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+        own = self.owner[ids]
+        order = np.argsort(own, kind="stable")
+        bounds = np.searchsorted(own[order], np.arange(self.partitioning.num_parts + 1))
+        pos, groups = {}, {}
+        for p in range(self.partitioning.num_parts):
+            sel = order[bounds[p]:bounds[p + 1]]
+            if len(sel):
+                pos[p], groups[p] = sel, ids[sel]
+        return pos, groups
+
+    def neighbors(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Return (ptr, nbrs): out-neighbour lists of `ids` in order; cache hits stay local."""
+        ids = check_node_ids("ids", ids, self.num_nodes).astype(np.int64, copy=False)
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (positions, ptr, nbrs)
+        miss_pos = np.arange(len(ids))
+        if self.cache is not None:
+            hit = self.cache.split(ids)
+            if hit.any():
+                hp = np.flatnonzero(hit)
+                parts.append((hp, *self.cache.lists(ids[hp])))
+                miss_pos = np.flatnonzero(~hit)
+        if len(miss_pos):
+            pos, groups = self._group(ids[miss_pos])
+            res = self._call("neighbors", groups)
+            for p, (ptr, nbrs) in res.items():
+                self.stats.remote_bytes += ptr.nbytes + nbrs.nbytes
+                parts.append((miss_pos[pos[p]], ptr, nbrs))
+        counts = np.zeros(len(ids), np.int64)
+        for where, ptr, _ in parts:
+            counts[where] = np.diff(ptr)
+        out_ptr = np.zeros(len(ids) + 1, np.int64)
+        np.cumsum(counts, out=out_ptr[1:])
+        dtype = parts[0][2].dtype if parts else np.int64
+        out = np.empty(int(out_ptr[-1]), dtype)
+        for where, ptr, nbrs in parts:
+            _place(out_ptr, where.astype(np.int64), ptr, nbrs, out)
+        return out_ptr, out
+
+    def features(self, ids: np.ndarray) -> np.ndarray:
+        """Return feature rows of `ids`, fetched from their owners."""
+        if self.feature_dim is None:
+            raise bad_value("features", None, "a store built with a feature matrix")
+        ids = check_node_ids("ids", ids, self.num_nodes).astype(np.int64, copy=False)
+        pos, groups = self._group(ids)
+        res = self._call("features", groups)
+        out = None
+        for p, rows in res.items():
+            self.stats.remote_bytes += rows.nbytes
+            if out is None:
+                out = np.empty((len(ids), rows.shape[1]), rows.dtype)
+            out[pos[p]] = rows
+        return out if out is not None else np.empty((0, self.feature_dim), np.float32)
+
+    def close(self) -> None:
+        """Drop the actors (the cluster itself belongs to whoever started it)."""
+        self.servers = []
+
+
+class StoreSampler:
+    """Multi-hop NEIGHBORHOOD sampling over any store's neighbour lists (same kernels as in memory)."""
+
+    def __init__(self, store, *, frontier: str = "new") -> None:
+        check_choice("frontier", frontier, ("new", "all"))
+        self.store, self.frontier = store, frontier
+        self._local = np.full(store.num_nodes, -1, np.int64)
+
+    def sample(self, seeds, fanouts: list[int], *, replace: bool = False, seed: int = 0,
+               stream: int = 0) -> MultiHopSample:
+        """Return the relabelled multi-hop sample of `seeds` (out-neighbours, fetched through the store)."""
+        if not isinstance(fanouts, (list, tuple)) or not fanouts:
+            raise bad_value("fanouts", fanouts, "a non-empty list of positive ints (or -1 for all)")
+        fanouts = [check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
+        seeds = check_node_ids("seeds", np.asarray(seeds), self.store.num_nodes).astype(np.int64)
+        if len(np.unique(seeds)) != len(seeds):
+            raise bad_value("seeds", "an array with repeated ids", "distinct seed ids")
+        nodes = np.empty(self.store.num_nodes, np.int64)
+        nodes[:len(seeds)] = seeds
+        self._local[seeds] = np.arange(len(seeds))
+        out = MultiHopSample(nodes, num_nodes_per_hop=[len(seeds)])
+        n, start = len(seeds), 0
+        try:
+            for h, k in enumerate(fanouts):
+                lo = start if self.frontier == "new" else 0
+                ptr, nbrs = self.store.neighbors(nodes[lo:n])
+                sptr, pos = _sample_hop(ptr, np.arange(n - lo, dtype=np.int64), k, bool(replace), int(seed),
+                                        int(stream) * 64 + h)
+                cols, n_new = _relabel(nbrs[pos].astype(np.int64), self._local, nodes, n)
+                out.rows.append(np.repeat(np.arange(lo, n, dtype=np.int64), np.diff(sptr)))
+                out.cols.append(cols)
+                out.eids.append(np.full(len(cols), -1, np.int64))  # positions in a fetched buffer mean nothing
+                start, n = n, n_new
+                out.num_nodes_per_hop.append(n)
+        finally:
+            _reset(self._local, nodes, n)
+        out.nodes = nodes[:n].copy()
+        return out
+
+
+def local_cluster(n_workers: int, **kw):
+    """Return a Dask Client on a new LocalCluster of `n_workers` single-thread processes bound to 127.0.0.1.
+
+    Close it with ``client.close(); client.cluster.close()`` (or use :func:`close_cluster`).
+    """
+    from dask.distributed import Client, LocalCluster
+    cluster = LocalCluster(host="127.0.0.1", n_workers=n_workers, threads_per_worker=1, processes=True,
+                           dashboard_address=None, **kw)
+    return Client(cluster)
+
+
+def close_cluster(client) -> None:
+    """Close `client` and the LocalCluster it was started on."""
+    cluster = client.cluster
+    client.close()
+    if cluster is not None:
+        cluster.close()

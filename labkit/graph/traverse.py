@@ -1,0 +1,33 @@
+"""TRAVERSE: shuffled batches of vertices or edges, epoch after epoch, deterministic per (seed, epoch)."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+from labkit.core.errors import check_range
+from labkit.graph.csr import CSR
+
+
+def node_batches(ids: np.ndarray, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,
+                 drop_last: bool = False) -> Iterator[np.ndarray]:
+    """Yield int64 batches of `ids`, reshuffled each epoch from (seed, epoch) when `shuffle`."""
+    check_range("batch_size", batch_size, 1, integer=True)
+    ids = np.asarray(ids, np.int64)
+    if shuffle:
+        ids = ids[np.random.default_rng([seed, epoch]).permutation(len(ids))]
+    stop = len(ids) - (len(ids) % batch_size if drop_last else 0)
+    for lo in range(0, stop, batch_size):
+        yield ids[lo:lo + batch_size]
+
+
+def edge_batches(csr: CSR, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,
+                 drop_last: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Yield (src, dst, edge position) batches over all edges of `csr`, shuffled per epoch."""
+    check_range("batch_size", batch_size, 1, integer=True)
+    src_of = np.repeat(np.arange(csr.num_nodes, dtype=np.int64), csr.degree()) if csr.num_edges else \
+        np.empty(0, np.int64)
+    for pos in node_batches(np.arange(csr.num_edges), batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
+                            drop_last=drop_last):
+        yield src_of[pos], csr.indices[pos].astype(np.int64), pos
