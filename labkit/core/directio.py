@@ -245,6 +245,17 @@ class DirectFile:
         if starts.size and (starts.min() < 0 or (starts + lengths).max() > self.size or lengths.min() < 0):
             raise ValueError(f"extents fall outside {self.path.name} ({self.size} bytes); expected "
                              "0 <= start and start + length <= file size")
+        sweeping = gap_pages >= SWEEP
+        cap = (self.sweep_request if sweeping else self.max_request) // PAGE
+        piece = (cap - 1) * PAGE if cap > 1 else PAGE
+        if starts.size and lengths.max() > piece:
+            # Split long extents into consecutive pieces a request can hold; output order is kept.
+            n = np.maximum(1, -(-lengths // piece))
+            first = np.repeat(np.cumsum(n) - n, n)
+            k = np.arange(int(n.sum())) - first
+            base, ln = np.repeat(starts, n), np.repeat(lengths, n)
+            starts = base + k * piece
+            lengths = np.minimum(piece, ln - k * piece)
         dst = np.zeros(starts.size + 1, np.int64)
         np.cumsum(lengths, out=dst[1:])
         total = int(dst[-1])
@@ -256,8 +267,6 @@ class DirectFile:
             return out[:0]
         t0 = time.perf_counter()
         order = np.argsort(starts, kind="stable")
-        sweeping = gap_pages >= SWEEP
-        cap = (self.sweep_request if sweeping else self.max_request) // PAGE
         run_page, run_pages, ext_run, ext_off = _plan(starts, lengths, order, PAGE, int(min(gap_pages, SWEEP)), cap)
         if run_pages.max() * PAGE > self._staging.size:
             raise ValueError(f"an extent of {run_pages.max() * PAGE} bytes does not fit the staging "
@@ -399,6 +408,7 @@ class DiskModel:
         rng = np.random.default_rng(seed)
         npages = max(1, f.size // PAGE)
         before = IOCounters(**{k: getattr(f.counters, k) for k in ("requests", "bytes_read", "bytes_used", "calls", "seconds")})
+        f.read_extents(np.array([0]), np.array([PAGE]))  # first call: compile and fault in
         pages = np.unique(rng.integers(0, npages, size=min(requests, npages)))
         starts = pages * PAGE
         t0 = time.perf_counter()

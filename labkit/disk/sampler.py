@@ -114,7 +114,7 @@ class NeighborSampler:
         for h, fanout in enumerate(self.fanouts):
             frontier = n_id[-1]
             ptr, idx = self.topology.fetch(frontier)
-            counts, picks = sample_neighbors(frontier, ptr, idx, fanout, key * 31 + h)
+            counts, picks = sample_neighbors(frontier, ptr, idx, fanout, (key * 31 + h) & 0xFFFF_FFFF_FFFF_FFFF)
             dst_local = np.repeat(np.arange(lo, hi, dtype=np.int64), counts)
             uniq = np.unique(picks)
             pos = np.searchsorted(known, uniq)

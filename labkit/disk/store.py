@@ -35,6 +35,18 @@ def _gather_lists(indptr, indices, nodes, out_ptr, out_idx):
         out_idx[out_ptr[k]:out_ptr[k + 1]] = indices[indptr[v]:indptr[v + 1]]
 
 
+def staging_for(budget: MemoryBudget, share: int = 16, most: int = 8 << 20) -> int:
+    """Staging bytes for one file: 1/`share` of the budget, within [256 KiB, `most`], page-aligned."""
+    return max(256 << 10, min(most, budget.total // share)) // PAGE * PAGE
+
+
+def _open_file(path, budget: MemoryBudget, owner: str, queue_depth: int, staging_bytes: int | None,
+               fallback: bool, most: int) -> DirectFile:
+    st = staging_for(budget, most=most) if staging_bytes is None else staging_bytes
+    return DirectFile(path, queue_depth=queue_depth, staging_bytes=st, sweep_request=min(1 << 20, st),
+                      max_request=min(256 << 10, st), budget=budget, owner=owner, fallback=fallback)
+
+
 def lists_ptr(indptr: np.ndarray, nodes: np.ndarray) -> np.ndarray:
     """Return the local indptr of `nodes`' neighbour lists (int64, len(nodes) + 1)."""
     ptr = np.zeros(nodes.size + 1, np.int64)
@@ -114,11 +126,11 @@ class DiskTopology:
     """Neighbour lists on disk (int32 ``indices`` file), an optional :class:`TopologyCache` in front."""
 
     def __init__(self, ds: Dataset, budget: MemoryBudget, *, policy: IOPolicy | None = None,
-                 queue_depth: int = 8, staging_bytes: int = 4 << 20, fallback: bool = False) -> None:
+                 queue_depth: int = 8, staging_bytes: int | None = None, fallback: bool = False) -> None:
         self.indptr = ds.array("indptr", mmap=False)
         self._indptr_res = budget.reserve("topology indptr", self.indptr.nbytes)
-        self.file = DirectFile(ds.path("indices"), queue_depth=queue_depth, staging_bytes=staging_bytes,
-                               budget=budget, owner="topology staging", fallback=fallback)
+        self.file = _open_file(ds.path("indices"), budget, "topology staging", queue_depth, staging_bytes,
+                               fallback, 4 << 20)
         self.policy = policy or IOPolicy("random")
         self.cache: TopologyCache | None = None
         self.stats = StoreStats()
@@ -201,13 +213,13 @@ class DiskFeatures:
     """Feature rows on disk, read through direct I/O, with an optional static or Belady cache."""
 
     def __init__(self, ds: Dataset, budget: MemoryBudget, *, policy: IOPolicy | None = None,
-                 queue_depth: int = 8, staging_bytes: int = 8 << 20, fallback: bool = False) -> None:
+                 queue_depth: int = 8, staging_bytes: int | None = None, fallback: bool = False) -> None:
         info = ds.info("features")
         self.num_nodes, self._dim = int(info["shape"][0]), int(info["shape"][1])
         self.dtype = np.dtype(info["dtype"])
         self.row_bytes = self._dim * self.dtype.itemsize
-        self.file = DirectFile(ds.path("features"), queue_depth=queue_depth, staging_bytes=staging_bytes,
-                               budget=budget, owner="feature staging", fallback=fallback)
+        self.file = _open_file(ds.path("features"), budget, "feature staging", queue_depth, staging_bytes,
+                               fallback, 8 << 20)
         self.policy = policy or IOPolicy("random")
         self.cache: FeatureCache | BeladyFeatureCache | None = None
         self.stats = StoreStats()

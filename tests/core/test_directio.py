@@ -133,3 +133,12 @@ def test_disk_model_fit(blob):
         m = DiskModel.fit(f, requests=32, sweep_bytes=16 * PAGE)
         assert m.seconds_per_request > 0 and m.bytes_per_second > 0
         assert f.counters.requests == 0  # calibration is not counted as workload
+
+
+def test_long_extent_is_split(blob):
+    path, data = blob
+    with _open(path) as f:  # requests hold at most 8 pages; this extent spans 40
+        got = f.read_extents(np.array([100]), np.array([40 * PAGE]), gap_pages=0)
+        assert np.array_equal(got, data[100:100 + 40 * PAGE])
+        got = f.read_extents(np.array([5, 100]), np.array([3, 20 * PAGE]), gap_pages=SWEEP)
+        assert np.array_equal(got, np.concatenate([data[5:8], data[100:100 + 20 * PAGE]]))

@@ -1,0 +1,155 @@
+"""`labkit bench disk`: naive disk, Ginex-style, CaliEX and in-memory training, side by side.
+
+Same graph, same budget (15% of the dataset's bytes at small/large), same mini-batches: every
+round gives each system the same group of mini-batches, order rotated, in one process.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from labkit.core.bench import Bench, Claim
+from labkit.core.memory import MemoryBudget, fmt_bytes
+from labkit.core.systems import System, register
+from labkit.disk.system import open_system, presample, workload
+
+CLAIMS = [
+    Claim("disk.speedup_naive", "CaliEX vs naive disk training, GraphSAGE [15,10,5] h256 b1024",
+          "3.28x average over existing disk-based systems", target=3.28),
+    Claim("disk.speedup_naive_gat", "CaliEX vs naive disk training, GAT 2 layers [10,10] 4 heads",
+          "3.28x average over existing disk-based systems", target=3.28),
+    Claim("disk.speedup_ginex", "CaliEX vs Ginex-style (degree neighbour cache + Belady superbatch)",
+          "CaliEX beats Ginex (lab target)", target=1.5),
+    Claim("disk.slowdown_vs_memory", "CaliEX time / in-memory time, GraphSAGE", "close to in-memory (lab target)",
+          target=2.0, unit="x", op="<="),
+    Claim("disk.tuner_gap", "auto-tuned split vs best split of a measured sweep (time / best - 1)",
+          "tuner picks the split (lab target)", target=0.05, unit="", op="<="),
+]
+
+#: Per profile: mini-batches per call, rounds, budget as a share of the dataset's bytes.
+SETTINGS = {"ci": {"per_call": 1, "repeats": 2, "fraction": 2.0, "sweep": (0.0, 0.5, 1.0)},
+            "small": {"per_call": 2, "repeats": 3, "fraction": 0.15, "sweep": (0.0, 0.25, 0.5, 0.75, 1.0)},
+            "large": {"per_call": 2, "repeats": 3, "fraction": 0.15, "sweep": (0.0, 0.25, 0.5, 0.75, 1.0)}}
+
+
+def _runner(system, groups: list[list[np.ndarray]]):
+    """A callable that trains `system` on the next group of mini-batches each time it is called."""
+    state = {"k": 0}
+
+    def call():
+        k = state["k"]
+        state["k"] += 1
+        r = system.run(groups[k], first_index=10_000 * (k + 1))
+        if k > 0:  # not the warm-up call
+            system.info.setdefault("runs", []).append(r)
+        return r
+    return call
+
+
+def _compare(b: Bench, model: str, names: list[str], st: dict):
+    rounds = st["repeats"] + 1
+    ds, cfg, budget_bytes, pseeds, seeds = workload(b.profile, model, rounds * st["per_call"],
+                                                    budget_fraction=st["fraction"])
+    groups = [seeds[i * st["per_call"]:(i + 1) * st["per_call"]] for i in range(rounds)]
+    b.log(f"{model}: budget {fmt_bytes(budget_bytes)} ({st['fraction']:.0%} of {ds.name}/{ds.profile}); presampling")
+    pre = presample(ds, cfg, pseeds, MemoryBudget(budget_bytes))
+    systems = {n: open_system(n, ds, MemoryBudget(budget_bytes if n != "memory" else 1 << 42), cfg, pre=pre)
+               for n in names}
+    try:
+        for s in systems.values():
+            s.reset_counters()
+        c = b.compare(f"{model}: {st['per_call']} mini-batches", {n: _runner(s, groups) for n, s in systems.items()},
+                      repeats=st["repeats"], warmup=1, memory=True, work=st["per_call"] * cfg.batch_size,
+                      work_unit="seed")
+        mets = {n: s.metrics() for n, s in systems.items()}
+        for n, s in systems.items():
+            # Time per stage, from each system's own busy clocks (summed over its runs).
+            tr = s.trainer
+            b.record(f"disk.{model}.{n}.acc_last_batches", float(np.mean(tr.accs[-st['per_call']:])))
+            b.record(f"disk.{model}.{n}.peak_budget_mib", s.budget.peak / 2**20)
+            if n != "memory":
+                m = mets[n]
+                b.record(f"disk.{model}.{n}.read_amplification", m["read_amplification"])
+                b.record(f"disk.{model}.{n}.bytes_read_per_batch_mib",
+                         m["bytes_read"] / 2**20 / (rounds * st["per_call"]))
+                b.record(f"disk.{model}.{n}.hit_rate_features", m["hit_rate_features"])
+                b.record(f"disk.{model}.{n}.hit_rate_topology", m["hit_rate_topology"])
+        return c, systems, pre, mets, groups
+    except BaseException:
+        for s in systems.values():
+            s.close()
+        raise
+
+
+def _stage_split(b: Bench, model: str, systems: dict) -> None:
+    """Record each system's busy seconds per stage and wall seconds, per mini-batch."""
+    for n, s in systems.items():
+        runs = s.info.get("runs", [])
+        nb = sum(r.batches for r in runs) or 1
+        for stage in ("sample", "gather", "train"):
+            b.record(f"disk.{model}.{n}.{stage}_s_per_batch", sum(r.busy[stage] for r in runs) / nb)
+        b.record(f"disk.{model}.{n}.wall_s_per_batch", sum(r.seconds for r in runs) / nb)
+
+
+def bench(b: Bench) -> None:
+    st = SETTINGS[b.profile]
+    c, systems, pre, mets, groups = _compare(b, "sage", ["naive", "ginex", "caliex", "memory"], st)
+    try:
+        b.measure("disk.speedup_naive", c.ratio("naive", "caliex"))
+        b.measure("disk.speedup_ginex", c.ratio("ginex", "caliex"))
+        b.measure("disk.slowdown_vs_memory", c.ratio("caliex", "memory"))
+        b.record("disk.upper_bound_speedup_naive", c.ratio("naive", "memory"))
+        m = mets["caliex"]
+        b.record("disk.read_amplification", m["read_amplification"])
+        b.record("disk.hit_rate_features", m["hit_rate_features"])
+        b.record("disk.hit_rate_topology", m["hit_rate_topology"])
+        b.record("disk.caliex.split_topology", systems["caliex"].split)
+        b.record("disk.caliex.peak_rss_growth_mib", (c.peak_mem.get("caliex") or 0) / 2**20)
+        b.record("disk.budget_mib", systems["caliex"].budget.total / 2**20)
+        b.record("disk.presample_s", pre.seconds)
+        _stage_split(b, "sage", systems)
+        tuned = systems["caliex"].split
+        curve = systems["caliex"].info["predicted"]
+    finally:
+        for s in systems.values():
+            s.close()
+
+    # Tuner: measure CaliEX at a sweep of splits (plus the tuned one) on the same batches.
+    ds, cfg, budget_bytes, _, seeds = workload(b.profile, "sage", 2 * st["per_call"], budget_fraction=st["fraction"])
+    splits = sorted(set(st["sweep"]) | {tuned})
+    measured = {}
+    for f in splits:
+        s = open_system("caliex", ds, MemoryBudget(budget_bytes), cfg, pre=pre, split=f)
+        try:
+            s.run(seeds[:1], first_index=50_000)  # warm: first-call costs
+            r = s.run(seeds[1:], first_index=60_000)
+            measured[f] = r.per_batch
+            pred = next((p["total"] for p in curve if abs(p["f"] - f) < 1e-9), float("nan"))
+            b.record(f"disk.tuner.measured_s_f{f:.2f}", r.per_batch)
+            b.record(f"disk.tuner.predicted_s_f{f:.2f}", pred)
+        finally:
+            s.close()
+    best = min(measured.values())
+    b.measure("disk.tuner_gap", measured[tuned] / best - 1.0)
+    b.log(f"tuner: split {tuned:.2f}, measured {measured}")
+
+    # GAT: naive vs CaliEX on its own mini-batches.
+    cg, sg, _, _, _ = _compare(b, "gat", ["naive", "caliex"], st)
+    try:
+        b.measure("disk.speedup_naive_gat", cg.ratio("naive", "caliex"))
+        _stage_split(b, "gat", sg)
+    finally:
+        for s in sg.values():
+            s.close()
+    ub = b.results["disk.upper_bound_speedup_naive"]
+    if b.claims["disk.speedup_naive"].passed is False:
+        b.note(f"disk.speedup_naive: even the in-memory system is only {ub:.2f}x faster than naive disk here: "
+               "this disk serves ~30k random 4 KiB reads/s and ~1 GB/s, so training (CPU, 2 shared cores) "
+               "dominates a mini-batch and no caching or overlap can remove more than the I/O share.")
+    b.note("Budget = 15% of the dataset's bytes (ci: 200%, its batches touch a third of the graph); it "
+           "holds indptr, both caches, staging buffers and the pipeline's queued batches. Outside it: "
+           "the model with its Adam state and the mini-batch being trained (RSS growth is reported).")
+
+
+register(System("disk", "CaliEX", "CaliEX: disk-based GNN training with joint caching and execution (ICDE 2025)",
+                bench, CLAIMS, "03_caliex.ipynb"))

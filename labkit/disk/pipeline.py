@@ -1,0 +1,218 @@
+"""Executing mini-batches: stages one after another, or as a pipeline of concurrent stages.
+
+The three stages are *sample* (read topology, pick neighbours), *gather* (read feature rows)
+and *train* (forward, backward, step). :func:`run_serial` runs them back to back per
+mini-batch, as naive disk training does. :func:`run_superbatch` is Ginex's schedule: sample a
+whole superbatch first (so the feature cache can plan Belady replacement), then gather and
+train batch by batch. :func:`run_pipelined` is CaliEX's: a sampler thread and a gatherer thread
+feed the trainer through bounded queues, so disk reads, numba sampling and torch training
+(all GIL-free for their heavy parts) overlap. Queue slots are reserved from the memory budget.
+
+Every run returns :class:`RunStats`: per-stage busy time, a timeline of (stage, batch, start,
+end), losses and accuracies. Batches are processed in order, so results are deterministic for
+a seed whatever the schedule.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from labkit.core.errors import check_range
+from labkit.core.memory import MemoryBudget
+from labkit.disk.sampler import NeighborSampler, SampledBatch
+
+STAGES = ("sample", "gather", "train")
+
+
+@dataclass
+class RunStats:
+    """What one run of mini-batches did and how long each stage was busy."""
+
+    schedule: str
+    batches: int = 0
+    seconds: float = 0.0
+    busy: dict = field(default_factory=lambda: {s: 0.0 for s in STAGES})
+    timeline: list = field(default_factory=list)   # (stage, batch, t0, t1) relative to the start
+    losses: list = field(default_factory=list)
+    accs: list = field(default_factory=list)
+
+    @property
+    def per_batch(self) -> float:
+        """Seconds per mini-batch (wall clock)."""
+        return self.seconds / self.batches if self.batches else float("nan")
+
+    def to_dict(self) -> dict:
+        return {"schedule": self.schedule, "batches": self.batches, "seconds": self.seconds,
+                "per_batch_s": self.per_batch, "busy_s": dict(self.busy),
+                "loss_last": self.losses[-1] if self.losses else float("nan"),
+                "acc_mean": float(np.mean(self.accs)) if self.accs else float("nan")}
+
+
+class _Clock:
+    def __init__(self, stats: RunStats) -> None:
+        self.stats, self.t0, self.lock = stats, time.perf_counter(), threading.Lock()
+
+    def stage(self, name: str, batch: int):
+        clock = self
+
+        class _Span:
+            def __enter__(self_inner):
+                self_inner.a = time.perf_counter()
+
+            def __exit__(self_inner, *exc):
+                b = time.perf_counter()
+                with clock.lock:
+                    clock.stats.busy[name] += b - self_inner.a
+                    clock.stats.timeline.append((name, batch, self_inner.a - clock.t0, b - clock.t0))
+        return _Span()
+
+
+def run_serial(sampler: NeighborSampler, features, trainer, seeds: list[np.ndarray],
+               labels: np.ndarray, *, first_index: int = 0) -> RunStats:
+    """Sample, gather and train each mini-batch in turn (no overlap)."""
+    st = RunStats("serial")
+    clock = _Clock(st)
+    for k, s in enumerate(seeds):
+        i = first_index + k
+        with clock.stage("sample", i):
+            b = sampler.sample(s, i)
+        with clock.stage("gather", i):
+            x = features.gather(b.n_id)
+        with clock.stage("train", i):
+            loss, acc = trainer.step(b, x, labels)
+        st.losses.append(loss)
+        st.accs.append(acc)
+    st.batches = len(seeds)
+    st.seconds = time.perf_counter() - clock.t0
+    return st
+
+
+def run_superbatch(sampler: NeighborSampler, features, trainer, seeds: list[np.ndarray],
+                   labels: np.ndarray, budget: MemoryBudget, *, superbatch: int = 4,
+                   first_index: int = 0) -> RunStats:
+    """Ginex's schedule: sample `superbatch` mini-batches, plan the Belady cache, gather and train."""
+    check_range("superbatch", superbatch, 1, integer=True)
+    st = RunStats("superbatch")
+    clock = _Clock(st)
+    for lo in range(0, len(seeds), superbatch):
+        group = []
+        for k in range(lo, min(lo + superbatch, len(seeds))):
+            i = first_index + k
+            with clock.stage("sample", i):
+                group.append(sampler.sample(seeds[k], i))
+        # The sampled superbatch is held until its batches are trained.
+        with budget.reserve("superbatch (sampled)", sum(b.nbytes for b in group)):
+            with clock.stage("sample", first_index + lo):
+                if hasattr(getattr(features, "cache", None), "start_superbatch"):
+                    features.cache.start_superbatch([b.n_id for b in group])
+            for b in group:
+                with clock.stage("gather", b.index):
+                    x = features.gather(b.n_id)
+                with clock.stage("train", b.index):
+                    loss, acc = trainer.step(b, x, labels)
+                st.losses.append(loss)
+                st.accs.append(acc)
+    st.batches = len(seeds)
+    st.seconds = time.perf_counter() - clock.t0
+    return st
+
+
+_DONE = object()
+
+
+def run_pipelined(sampler: NeighborSampler, features, trainer, seeds: list[np.ndarray],
+                  labels: np.ndarray, budget: MemoryBudget, *, depth: int = 1,
+                  slot_bytes: tuple[int, int] = (0, 0), first_index: int = 0) -> RunStats:
+    """Run sample -> gather -> train as three concurrent stages joined by queues of `depth` slots.
+
+    `slot_bytes` = (bytes of one sampled batch, bytes of one gathered batch) sizes the queues'
+    reservation from the budget; a batch bigger than its slot grows the reservation (and so can
+    raise BudgetExceeded rather than silently exceed the budget).
+    """
+    check_range("depth", depth, 1, 64, integer=True)
+    st = RunStats("pipelined")
+    clock = _Clock(st)
+    q1: queue.Queue = queue.Queue(depth)
+    q2: queue.Queue = queue.Queue(depth)
+    # A stage can hold one item while its output queue is full: depth + 1 items per edge.
+    res1 = budget.reserve("pipeline queue (sampled)", (depth + 1) * slot_bytes[0])
+    res2 = budget.reserve("pipeline queue (gathered)", (depth + 1) * slot_bytes[1])
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def fit(res, nbytes: int, slots: int) -> None:
+        if nbytes * slots > res.nbytes:
+            res.resize(nbytes * slots)
+
+    def put(q, item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def sample_stage() -> None:
+        try:
+            for k, s in enumerate(seeds):
+                i = first_index + k
+                with clock.stage("sample", i):
+                    b = sampler.sample(s, i)
+                fit(res1, b.nbytes, depth + 1)
+                if not put(q1, b):
+                    return
+        except BaseException as e:  # surfaced in the caller
+            errors.append(e)
+            stop.set()
+        put(q1, _DONE)
+
+    def gather_stage() -> None:
+        try:
+            while True:
+                b = q1.get()
+                if b is _DONE:
+                    break
+                with clock.stage("gather", b.index):
+                    x = features.gather(b.n_id)
+                fit(res2, x.nbytes, depth + 1)
+                if not put(q2, (b, x)):
+                    return
+        except BaseException as e:
+            errors.append(e)
+            stop.set()
+        put(q2, _DONE)
+
+    threads = [threading.Thread(target=sample_stage, name="disk-sample", daemon=True),
+               threading.Thread(target=gather_stage, name="disk-gather", daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        while True:
+            item = q2.get()
+            if item is _DONE:
+                break
+            b, x = item
+            with clock.stage("train", b.index):
+                loss, acc = trainer.step(b, x, labels)
+            st.losses.append(loss)
+            st.accs.append(acc)
+            st.batches += 1
+    finally:
+        stop.set()
+        for q in (q1, q2):  # unblock producers
+            while not q.empty():
+                q.get_nowait()
+        for t in threads:
+            t.join()
+        res1.release()
+        res2.release()
+    if errors:
+        raise errors[0]
+    st.seconds = time.perf_counter() - clock.t0
+    return st

@@ -1,0 +1,234 @@
+"""The four ways to train the same GNN on the same graph, same budget, same mini-batches.
+
+- ``naive``:  topology and features on disk, no caches, direct I/O with page sharing only,
+  stages one after another;
+- ``ginex``:  Ginex-style: neighbour cache ranked by out/in degree, Belady feature cache over a
+  sampled superbatch, a fixed even split of the cache budget, superbatch schedule;
+- ``caliex``: pre-sampled plans for both caches, the auto-tuned split, the cost-model I/O policy
+  (random / coalesced / sweep per mini-batch), pipelined stages;
+- ``memory``: everything in RAM (the upper bound), pipelined stages.
+
+:func:`open_system` builds one; ``system.run(seeds)`` trains on mini-batches and returns
+:class:`~labkit.disk.pipeline.RunStats`; ``system.metrics()`` gives hit rates, bytes read, read
+amplification and the budget report.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from labkit.core.datasets import Dataset, open_dataset
+from labkit.core.directio import DiskModel
+from labkit.core.errors import bad_value, check_choice, check_range
+from labkit.core.memory import BudgetExceeded, MemoryBudget, fmt_bytes
+from labkit.disk import plans
+from labkit.disk.pipeline import RunStats, run_pipelined, run_serial, run_superbatch
+from labkit.disk.sampler import NeighborSampler, SampledBatch, batch_seeds
+from labkit.disk.store import DiskFeatures, DiskTopology, IOPolicy, MemoryFeatures, MemoryTopology
+from labkit.disk.train import ModelConfig, Trainer
+from labkit.disk.tuner import StageProfile, Tuner, split_caches
+
+SYSTEMS = ("naive", "ginex", "caliex", "memory")
+
+
+def dataset_bytes(ds: Dataset) -> int:
+    """Bytes of the graph a system must serve: topology, features and labels."""
+    return sum(int(ds.info(k)["bytes"]) for k in ("indptr", "indices", "features", "labels"))
+
+
+@dataclass
+class Presampled:
+    """What CaliEX learns before training: sampled batches, access counts, stage costs."""
+
+    batches: list[SampledBatch]
+    counts: plans.AccessCounts
+    profile: StageProfile
+    seconds: float
+    slot_bytes: tuple[int, int]
+
+
+def presample(ds: Dataset, cfg: ModelConfig, seeds: list[np.ndarray], budget: MemoryBudget, *,
+              seed: int = 0, train_batches: int = 1, fallback: bool = False) -> Presampled:
+    """Sample `seeds` from disk (no caches), count accesses, fit the disk models, time each stage."""
+    t0 = time.perf_counter()
+    labels = ds.array("labels", mmap=False)
+    topo = DiskTopology(ds, budget, fallback=fallback)
+    feat = DiskFeatures(ds, budget, fallback=fallback)
+    try:
+        tdisk = DiskModel.fit(topo.file, requests=500, sweep_bytes=16 << 20)
+        fdisk = DiskModel.fit(feat.file, requests=1000, sweep_bytes=64 << 20)
+        topo.policy = IOPolicy("auto", tdisk)
+        feat.policy = IOPolicy("auto", fdisk)
+        sampler = NeighborSampler(topo, list(cfg.fanouts), seed)
+        batches, t_sample = [], 0.0
+        for i, s in enumerate(seeds):
+            io0, a = topo.file.counters.seconds, time.perf_counter()
+            batches.append(sampler.sample(s, -1 - i))
+            if i > 0 or len(seeds) == 1:  # the first call also pays numba's cache load
+                t_sample += time.perf_counter() - a - (topo.file.counters.seconds - io0)
+        a = time.perf_counter()
+        xs = [feat.gather(b.n_id) for b in batches[:max(1, train_batches)]]
+        rows = sum(b.n_id.size for b in batches[:len(xs)])
+        t_gather = time.perf_counter() - a - feat.file.counters.seconds
+        trainer = Trainer(cfg, feat.dim, int(ds.meta["num_classes"]), seed=seed + 999)
+        trainer.step(batches[0], xs[0], labels)  # warm-up (allocations, first-call costs)
+        a = time.perf_counter()
+        for b, x in zip(batches[:len(xs)], xs):
+            trainer.step(b, x, labels)
+        t_train = (time.perf_counter() - a) / len(xs)
+        prof = StageProfile(max(0.0, t_sample) / max(1, len(batches) - 1), max(0.0, t_gather) / max(1, rows), t_train,
+                            tdisk, fdisk)
+        counts = plans.AccessCounts.from_batches(batches, topo.indptr.size - 1)
+        slot = (int(max(b.nbytes for b in batches) * 1.3),
+                int(max(b.n_id.size for b in batches) * feat.row_bytes * 1.3))
+    finally:
+        topo.close()
+        feat.close()
+    return Presampled(batches, counts, prof, time.perf_counter() - t0, slot)
+
+
+@dataclass
+class DiskGNN:
+    """One configured training system (stores, caches, schedule) over one dataset and budget."""
+
+    name: str
+    ds: Dataset
+    budget: MemoryBudget
+    cfg: ModelConfig
+    sampler: NeighborSampler
+    topology: object
+    features: object
+    trainer: Trainer
+    labels: np.ndarray
+    split: float | None = None
+    pipeline_depth: int = 1
+    slot_bytes: tuple[int, int] = (0, 0)
+    superbatch: int = 4
+    info: dict = field(default_factory=dict)
+
+    def run(self, seeds: list[np.ndarray], *, first_index: int = 0) -> RunStats:
+        """Train on one mini-batch per entry of `seeds` with this system's schedule."""
+        if self.name == "naive":
+            return run_serial(self.sampler, self.features, self.trainer, seeds, self.labels, first_index=first_index)
+        if self.name == "ginex":
+            return run_superbatch(self.sampler, self.features, self.trainer, seeds, self.labels, self.budget,
+                                  superbatch=self.superbatch, first_index=first_index)
+        return run_pipelined(self.sampler, self.features, self.trainer, seeds, self.labels, self.budget,
+                             depth=self.pipeline_depth, slot_bytes=self.slot_bytes, first_index=first_index)
+
+    def reset_counters(self) -> None:
+        for s in (self.topology, self.features):
+            s.stats.reset()
+            if hasattr(s, "file"):
+                s.file.counters.reset()
+            if hasattr(s, "policy"):
+                s.policy.choices.clear()
+
+    def metrics(self) -> dict:
+        """Hit rates, bytes read / needed, read amplification, requests, I/O modes, budget."""
+        out = {"system": self.name, "split_topology": self.split,
+               "hit_rate_topology": self.topology.stats.hit_rate,
+               "hit_rate_features": self.features.stats.hit_rate}
+        read = used = reqs = 0
+        for key, s in (("topology", self.topology), ("features", self.features)):
+            if hasattr(s, "file"):
+                c = s.file.counters
+                read, used, reqs = read + c.bytes_read, used + c.bytes_used, reqs + c.requests
+                out[f"bytes_read_{key}"] = c.bytes_read
+                out[f"io_modes_{key}"] = dict(s.policy.choices)
+        needed = (self.topology.stats.miss_bytes + self.features.stats.miss_bytes)
+        out.update(bytes_read=read, bytes_needed=needed, requests=reqs,
+                   read_amplification=read / needed if needed else float("nan"),
+                   budget=self.budget.report())
+        return out
+
+    def close(self) -> None:
+        self.topology.close()
+        self.features.close()
+
+
+def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, *,
+                pre: Presampled | None = None, split: float | None = None, seed: int = 0,
+                queue_depth: int = 8, fallback: bool = False, superbatch: int = 4) -> DiskGNN:
+    """Build system `name` (one of naive, ginex, caliex, memory) within `budget`.
+
+    caliex needs `pre` (from :func:`presample`); `split` overrides the tuner's topology share.
+    """
+    check_choice("system", name, SYSTEMS)
+    labels = ds.array("labels", mmap=False)
+    num_classes = int(ds.meta["num_classes"])
+    info: dict = {}
+    if name == "memory":
+        topo, feat = MemoryTopology.from_dataset(ds), MemoryFeatures.from_dataset(ds)
+        slot = pre.slot_bytes if pre is not None else (0, 0)
+    else:
+        policy_mode = "auto" if name == "caliex" else "random"
+        tdisk = pre.profile.topology_disk if pre is not None else DiskModel()
+        fdisk = pre.profile.feature_disk if pre is not None else DiskModel()
+        topo = DiskTopology(ds, budget, policy=IOPolicy(policy_mode, tdisk), queue_depth=queue_depth,
+                            fallback=fallback)
+        feat = DiskFeatures(ds, budget, policy=IOPolicy(policy_mode, fdisk), queue_depth=queue_depth,
+                            fallback=fallback)
+        slot = (0, 0)
+        try:
+            if name == "caliex":
+                if pre is None:
+                    raise bad_value("pre", None, "the Presampled result of labkit.disk.system.presample(...)")
+                slot = pre.slot_bytes
+                queue_bytes = 2 * (slot[0] + slot[1])  # depth 1: two slots per queue
+                cache_bytes = budget.free - queue_bytes - (1 << 20)
+                if cache_bytes < 0:
+                    raise BudgetExceeded(f"budget={fmt_bytes(budget.total)} is too small for caliex: the "
+                                         f"pipeline queues need {fmt_bytes(queue_bytes)} and "
+                                         f"{fmt_bytes(budget.free)} is left after indptr and staging")
+                tplan = plans.topology_presampled(pre.counts, topo.indptr)
+                fplan = plans.features_presampled(pre.counts, feat.row_bytes)
+                tuner = Tuner(pre.batches, topo.indptr, feat.row_bytes, tplan, fplan, pre.profile, cache_bytes)
+                best, curve = tuner.best()
+                info.update(tuner=tuner, predicted=curve, tuned_split=best, cache_bytes=cache_bytes)
+                split = best if split is None else split
+            elif name == "ginex":
+                cache_bytes = budget.free - (1 << 20)
+                split = 0.5 if split is None else split
+                tplan = plans.topology_degree(ds.array("out_degree", mmap=False), topo.indptr)
+                fplan = plans.features_degree(ds.array("out_degree", mmap=False), feat.row_bytes)
+                info.update(cache_bytes=cache_bytes)
+            else:
+                cache_bytes = 0
+            if name in ("caliex", "ginex"):
+                check_range("split", split, 0.0, 1.0)
+                t_nodes, f_nodes = split_caches(split, cache_bytes, topo.indptr.size - 1, tplan, fplan)
+                topo.set_cache(t_nodes if t_nodes.size else None)
+                if name == "ginex":
+                    row_bytes = feat.row_bytes
+                    f_bytes = cache_bytes - int(split * cache_bytes) - (topo.indptr.size - 1) * 4
+                    # The superbatch's sampled batches are held too; leave them room.
+                    rows = max(0, (f_bytes - superbatch * (pre.slot_bytes[0] if pre else 0)) // (row_bytes + 8))
+                    feat.set_cache(belady_rows=int(rows))
+                else:
+                    feat.set_cache(f_nodes if f_nodes.size else None)
+        except BaseException:
+            topo.close()
+            feat.close()
+            raise
+    sampler = NeighborSampler(topo, list(cfg.fanouts), seed)
+    trainer = Trainer(cfg, feat.dim, num_classes, seed=seed)
+    return DiskGNN(name, ds, budget, cfg, sampler, topo, feat, trainer, labels, split, 1, slot, superbatch, info)
+
+
+def workload(profile: str = "ci", model: str = "sage", num_batches: int = 8, *, seed: int = 0,
+             budget_fraction: float = 0.15, presample_batches: int = 4):
+    """Return (dataset, model config, budget bytes, presample seeds, training seeds) for a profile.
+
+    The budget is `budget_fraction` of the dataset's bytes (above 1 only makes sense for tiny
+    graphs, where one mini-batch touches a third of the nodes).
+    """
+    check_range("budget_fraction", budget_fraction, 0.0, 100.0, lo_open=True)
+    ds = open_dataset("caliex", profile)
+    cfg = ModelConfig.paper(model)
+    train = ds.array("train", mmap=False)
+    seeds = batch_seeds(train, cfg.batch_size, presample_batches + num_batches, seed)
+    return ds, cfg, int(budget_fraction * dataset_bytes(ds)), seeds[:presample_batches], seeds[presample_batches:]

@@ -1,0 +1,127 @@
+"""GraphSAGE and GAT (PyG layers) trained on sampled mini-batches: node classification.
+
+Layer ``i`` of an L-layer model runs on a prefix of the hop-ordered nodes and edges (PyG's
+``trim_to_layer``), so no layer computes embeddings it will not use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from labkit.core.errors import check_choice
+from labkit.disk.sampler import SampledBatch
+
+MODELS = ("sage", "gat")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The disk papers' settings: GraphSAGE 3 layers [15, 10, 5] hidden 256; GAT 2 layers [10, 10] 4 heads."""
+
+    name: str = "sage"
+    fanouts: tuple[int, ...] = (15, 10, 5)
+    hidden: int = 256
+    heads: int = 4
+    batch_size: int = 1024
+    lr: float = 3e-3
+
+    def __post_init__(self) -> None:
+        check_choice("model", self.name, MODELS)
+
+    @classmethod
+    def paper(cls, name: str) -> "ModelConfig":
+        """Return the benchmark configuration the disk papers use for `name`."""
+        check_choice("model", name, MODELS)
+        return cls("sage", (15, 10, 5)) if name == "sage" else cls("gat", (10, 10))
+
+
+class SAGE(nn.Module):
+    def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int) -> None:
+        super().__init__()
+        from torch_geometric.nn import SAGEConv
+        dims = [in_dim] + [hidden] * (layers - 1) + [out_dim]
+        self.convs = nn.ModuleList(SAGEConv(dims[i], dims[i + 1]) for i in range(layers))
+
+    def forward(self, x, edge_index, node_hops, edge_hops):
+        L = len(self.convs)
+        for i, conv in enumerate(self.convs):
+            n_in, n_out, e = node_hops[L - i], node_hops[L - 1 - i], edge_hops[L - 1 - i]
+            x = conv((x[:n_in], x[:n_out]), edge_index[:, :e])
+            if i < L - 1:
+                x = F.relu(x)
+        return x
+
+
+class GAT(nn.Module):
+    def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int, heads: int) -> None:
+        super().__init__()
+        from torch_geometric.nn import GATConv
+        convs = []
+        d = in_dim
+        for i in range(layers):
+            last = i == layers - 1
+            convs.append(GATConv(d, out_dim if last else hidden // heads, heads=1 if last else heads,
+                                 add_self_loops=False))
+            d = hidden
+        self.convs = nn.ModuleList(convs)
+
+    def forward(self, x, edge_index, node_hops, edge_hops):
+        L = len(self.convs)
+        for i, conv in enumerate(self.convs):
+            n_in, n_out, e = node_hops[L - i], node_hops[L - 1 - i], edge_hops[L - 1 - i]
+            x = conv((x[:n_in], x[:n_out]), edge_index[:, :e])
+            if i < L - 1:
+                x = F.elu(x)
+        return x
+
+
+class Trainer:
+    """One model and optimiser; ``step(batch, x, labels)`` trains on one gathered mini-batch."""
+
+    def __init__(self, cfg: ModelConfig, in_dim: int, num_classes: int, seed: int = 0) -> None:
+        torch.manual_seed(seed)
+        self.cfg = cfg
+        L = len(cfg.fanouts)
+        self.model = (SAGE(in_dim, cfg.hidden, num_classes, L) if cfg.name == "sage"
+                      else GAT(in_dim, cfg.hidden, num_classes, L, cfg.heads))
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
+        self.losses: list[float] = []
+        self.accs: list[float] = []
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of parameters plus Adam state (what "the model" adds to memory)."""
+        return 3 * sum(p.numel() * p.element_size() for p in self.model.parameters())
+
+    def _inputs(self, batch: SampledBatch, x: np.ndarray):
+        xt = torch.from_numpy(np.asarray(x, np.float32))
+        ei = torch.from_numpy(np.stack([batch.edge_src, batch.edge_dst]))
+        return xt, ei, [int(v) for v in batch.node_hops], [int(v) for v in batch.edge_hops]
+
+    def step(self, batch: SampledBatch, x: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+        """Train on one mini-batch; return (loss, accuracy on its seeds)."""
+        self.model.train()
+        xt, ei, nh, eh = self._inputs(batch, x)
+        y = torch.from_numpy(labels[batch.n_id[:batch.batch_size]].astype(np.int64))
+        self.opt.zero_grad()
+        out = self.model(xt, ei, nh, eh)
+        loss = F.cross_entropy(out, y)
+        loss.backward()
+        self.opt.step()
+        acc = float((out.argmax(1) == y).float().mean())
+        self.losses.append(float(loss.detach()))
+        self.accs.append(acc)
+        return float(loss.detach()), acc
+
+    @torch.no_grad()
+    def evaluate(self, batch: SampledBatch, x: np.ndarray, labels: np.ndarray) -> float:
+        """Return accuracy on `batch`'s seeds without training."""
+        self.model.eval()
+        xt, ei, nh, eh = self._inputs(batch, x)
+        y = torch.from_numpy(labels[batch.n_id[:batch.batch_size]].astype(np.int64))
+        return float((self.model(xt, ei, nh, eh).argmax(1) == y).float().mean())

@@ -1,0 +1,112 @@
+"""CaliEX's auto-tuner: how to split the cache budget between topology and features.
+
+Pre-sampling gives a few mini-batches, their per-node access counts and measured stage costs
+(sampling CPU time, gathering CPU time per row, training time; disk cost from the fitted
+:class:`~labkit.core.directio.DiskModel`). For a topology share ``f`` of the cache bytes the
+tuner fills both caches from their plans, counts what each pre-sampled batch would still miss,
+prices those misses with the cheapest read plan (random / coalesced / sweep) and predicts
+
+    time per mini-batch = max(sample(f), gather(f), train)      pipelined stages
+                        = sample(f) + gather(f) + train         serial stages
+
+It returns the ``f`` that minimises the prediction, and the whole predicted curve so it can be
+drawn against measured points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from labkit.core.directio import PAGE, DiskModel, extent_pages
+from labkit.disk.plans import CachePlan
+from labkit.disk.sampler import SampledBatch
+
+
+@dataclass
+class StageProfile:
+    """Measured per-batch costs the model is built from."""
+
+    sample_cpu: float           # seconds per batch of sampling work outside disk reads
+    gather_cpu_per_row: float   # seconds per gathered row outside disk reads
+    train: float                # seconds per training step
+    topology_disk: DiskModel = field(default_factory=DiskModel)
+    feature_disk: DiskModel = field(default_factory=DiskModel)
+
+
+def split_caches(f: float, cache_bytes: int, num_nodes: int, topo_plan: CachePlan,
+                 feat_plan: CachePlan) -> tuple[np.ndarray, np.ndarray]:
+    """Return (topology nodes, feature nodes) cached when a share `f` goes to topology.
+
+    Each cache pays its own node -> slot map (4 bytes per node) before holding anything.
+    """
+    t_bytes = int(f * cache_bytes)
+    f_bytes = cache_bytes - t_bytes
+    map_bytes = num_nodes * 4
+    if t_bytes > map_bytes + 8:
+        # A cached list also costs 8 bytes of local indptr.
+        o = topo_plan.order
+        k = int(np.searchsorted(np.cumsum(topo_plan.cost[o] + 8), t_bytes - map_bytes - 8, side="right"))
+        t_nodes = o[:k]
+    else:
+        t_nodes = topo_plan.order[:0]
+    f_nodes = feat_plan.cut(max(0, f_bytes - map_bytes)) if f_bytes > map_bytes else feat_plan.order[:0]
+    return t_nodes, f_nodes
+
+
+class Tuner:
+    """Predicts time per mini-batch for any topology/feature split from pre-sampled batches."""
+
+    def __init__(self, batches: list[SampledBatch], indptr: np.ndarray, row_bytes: int,
+                 topo_plan: CachePlan, feat_plan: CachePlan, profile: StageProfile, cache_bytes: int,
+                 *, pipelined: bool = True, max_request: int = 256 << 10, sweep_request: int = 1 << 20) -> None:
+        self.batches, self.indptr, self.row_bytes = batches, indptr, row_bytes
+        self.topo_plan, self.feat_plan, self.profile = topo_plan, feat_plan, profile
+        self.cache_bytes, self.pipelined = int(cache_bytes), pipelined
+        self.num_nodes = indptr.size - 1
+        self.max_request, self.sweep_request = max_request, sweep_request
+
+    def predict(self, f: float) -> dict:
+        """Return predicted seconds per batch for topology share `f`: stages, total, hit rates."""
+        t_nodes, f_nodes = split_caches(f, self.cache_bytes, self.num_nodes, self.topo_plan, self.feat_plan)
+        in_t = np.zeros(self.num_nodes, bool)
+        in_t[t_nodes] = True
+        in_f = np.zeros(self.num_nodes, bool)
+        in_f[f_nodes] = True
+        p = self.profile
+        s_io = g_io = 0.0
+        t_hits = t_all = f_hits = f_all = 0
+        rows = 0
+        for b in self.batches:
+            exp = b.expanded
+            miss = exp[~in_t[exp]]
+            t_hits += exp.size - miss.size
+            t_all += exp.size
+            starts = self.indptr[miss] * 4
+            lens = (self.indptr[miss + 1] - self.indptr[miss]) * 4
+            s_io += p.topology_disk.best_gap(extent_pages(starts, lens), self.max_request, self.sweep_request)[1]
+            fmiss = b.n_id[~in_f[b.n_id]]
+            f_hits += b.n_id.size - fmiss.size
+            f_all += b.n_id.size
+            rows += b.n_id.size
+            pages = np.unique(fmiss.astype(np.int64) * self.row_bytes // PAGE)
+            g_io += p.feature_disk.best_gap(pages, self.max_request, self.sweep_request)[1]
+        n = max(1, len(self.batches))
+        sample = p.sample_cpu + s_io / n
+        gather = p.gather_cpu_per_row * rows / n + g_io / n
+        total = max(sample, gather, p.train) if self.pipelined else sample + gather + p.train
+        return {"f": float(f), "sample": sample, "gather": gather, "train": p.train, "total": total,
+                "hit_rate_topology": t_hits / max(1, t_all), "hit_rate_features": f_hits / max(1, f_all),
+                "topology_nodes": int(t_nodes.size), "feature_rows": int(f_nodes.size)}
+
+    def curve(self, fs=None) -> list[dict]:
+        """Return predictions over a grid of topology shares (default 0, 0.05, ..., 1)."""
+        fs = np.linspace(0, 1, 21) if fs is None else fs
+        return [self.predict(float(f)) for f in fs]
+
+    def best(self, fs=None) -> tuple[float, list[dict]]:
+        """Return (the share with the lowest predicted time, the predicted curve)."""
+        c = self.curve(fs)
+        k = min(range(len(c)), key=lambda i: (c[i]["total"], c[i]["f"]))
+        return c[k]["f"], c
