@@ -1,0 +1,81 @@
+"""CaliEX widgets: budget/split sliders with live stage times, the tuner curve, the stage timeline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+STAGE_COLORS = {"sample": "#1f77b4", "gather": "#ff7f0e", "train": "#2ca02c"}
+
+
+def split_explorer(ds, cfg, pre, seeds, *, budget_mib: tuple[int, int, int], split: float = 0.5):
+    """Return ``(view, fig, state)``: sliders for the budget (MiB) and topology share; each change
+    builds a CaliEX system with that budget and split, trains one mini-batch and shows its stage
+    times, hit rates and bytes read. ``state.result`` holds the last run's metrics."""
+    import ipywidgets as W
+    import plotly.graph_objects as go
+
+    from labkit.core.memory import MemoryBudget
+    from labkit.disk.system import open_system
+    from labkit.ui import slider_plot
+
+    lo, hi, value = budget_mib
+    controls = {"budget MiB": W.IntSlider(value=value, min=lo, max=hi, step=max(1, (hi - lo) // 20)),
+                "topology share": W.FloatSlider(value=split, min=0.0, max=1.0, step=0.05)}
+    fig = go.FigureWidget(go.Bar(x=list(STAGE_COLORS), y=[0, 0, 0], marker_color=list(STAGE_COLORS.values())))
+    fig.update_layout(height=320, yaxis_title="busy seconds per mini-batch", margin=dict(t=60))
+    calls = {"n": 0}
+
+    def update(fig, values) -> dict:
+        from labkit.core.memory import BudgetExceeded
+        try:
+            s = open_system("caliex", ds, MemoryBudget(int(values["budget MiB"]) << 20), cfg, pre=pre,
+                            split=float(values["topology share"]))
+        except BudgetExceeded as e:
+            raise ValueError(str(e)) from None
+        try:
+            k = calls["n"] % len(seeds)
+            calls["n"] += 1
+            r = s.run([seeds[k]], first_index=70_000 + k)
+            m = s.metrics()
+        finally:
+            s.close()
+        fig.data[0].y = [r.busy[st] / r.batches for st in STAGE_COLORS]
+        fig.layout.title = (f"hit rate topology {m['hit_rate_topology']:.0%}, features {m['hit_rate_features']:.0%}; "
+                            f"read {m['bytes_read'] / 2**20:.0f} MiB ({m['read_amplification']:.1f}x needed); "
+                            f"{r.per_batch:.2f} s/batch")
+        return {**{k: v for k, v in m.items() if k != "budget"}, "per_batch_s": r.per_batch, **{
+            f"{st}_s": r.busy[st] / r.batches for st in STAGE_COLORS}}
+
+    return slider_plot(controls, update, fig, title="CaliEX: budget and topology/feature split")
+
+
+def tuner_figure(curve: list[dict], measured: dict[float, float] | None = None, tuned: float | None = None) -> Any:
+    """Return a figure of the tuner's predicted time per mini-batch vs. topology share, with measured points."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    fig.add_scatter(x=[c["f"] for c in curve], y=[c["total"] for c in curve], name="predicted", mode="lines")
+    for st in ("sample", "gather"):
+        fig.add_scatter(x=[c["f"] for c in curve], y=[c[st] for c in curve], name=f"predicted {st}",
+                        mode="lines", line=dict(dash="dot", color=STAGE_COLORS[st]))
+    if measured:
+        fs = sorted(measured)
+        fig.add_scatter(x=fs, y=[measured[f] for f in fs], name="measured", mode="markers", marker=dict(size=10))
+    if tuned is not None:
+        fig.add_vline(x=tuned, line_dash="dash", annotation_text="tuned")
+    fig.update_layout(xaxis_title="share of cache budget given to topology", yaxis_title="seconds per mini-batch",
+                      height=340)
+    return fig
+
+
+def stage_timeline(stats, title: str = "") -> Any:
+    """Return a Gantt-style figure of a run's (stage, batch, start, end) spans."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for st, color in STAGE_COLORS.items():
+        spans = [(b, t0, t1) for s, b, t0, t1 in stats.timeline if s == st]
+        fig.add_bar(y=[st] * len(spans), x=[t1 - t0 for _, t0, t1 in spans], base=[t0 for _, t0, _ in spans],
+                    orientation="h", marker_color=color, name=st, text=[str(b % 1000) for b, _, _ in spans])
+    fig.update_layout(barmode="overlay", xaxis_title="seconds", height=260, title=title or stats.schedule)
+    return fig
