@@ -134,7 +134,7 @@ class SlowTier:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def hit_rate(hits: np.ndarray, misses: np.ndarray) -> float:
-    """Return hits / (hits + misses), or 0 when nothing was looked up."""
-    h, m = float(np.sum(hits)), float(np.sum(misses))
-    return h / (h + m) if h + m else 0.0
+def hit_rate(hits: np.ndarray, lookups: np.ndarray) -> float:
+    """Return hits / lookups, or 0 when nothing was looked up."""
+    h, n = float(np.sum(hits)), float(np.sum(lookups))
+    return h / n if n else 0.0

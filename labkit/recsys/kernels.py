@@ -17,7 +17,7 @@ OPTIMIZERS = {"sgd": SGD, "adagrad": ADAGRAD, "rowwise_adagrad": ROWWISE_ADAGRAD
 
 @njit(parallel=True, nogil=True, cache=True)
 def pooled_lookup(weights, slot, cache_w, use_cache, feature, row_off, offsets, values, batch,
-                  mean, out, col0, hits, misses, n_chunks):
+                  mean, out, col0, hits, lookups, n_chunks):
     """Write the pooled rows of each table of a group into out[:, col0 + k*D : col0 + (k+1)*D].
 
     Work is split into `n_chunks` runs of consecutive tables; each walks the batch sample by
@@ -36,15 +36,20 @@ def pooled_lookup(weights, slot, cache_w, use_cache, feature, row_off, offsets, 
                 c0 = col0 + k * dim
                 s = offsets[f * batch + b]
                 e = offsets[f * batch + b + 1]
+                if e - s == 1 and not use_cache:
+                    # single-hot: a plain row copy, the common case worth a branch-free loop
+                    r = base + values[s]
+                    for d in range(dim):
+                        out[b, c0 + d] = weights[r, d]
+                    continue
                 for d in range(dim):
                     out[b, c0 + d] = 0.0
                 for j in range(s, e):
                     r = base + values[j]
                     if use_cache and slot[r] >= 0:
-                        hits[f] += 1
                         src = cache_w[slot[r]]
+                        hits[f] += 1
                     else:
-                        misses[f] += 1
                         src = weights[r]
                     for d in range(dim):
                         out[b, c0 + d] += src[d]
@@ -52,6 +57,10 @@ def pooled_lookup(weights, slot, cache_w, use_cache, feature, row_off, offsets, 
                     inv = np.float32(1.0 / (e - s))
                     for d in range(dim):
                         out[b, c0 + d] *= inv
+        # lookups counted once per table rather than per id
+        for k in range(k0, k1):
+            f = feature[k]
+            lookups[f] += offsets[(f + 1) * batch] - offsets[f * batch]
 
 
 @njit(parallel=True, nogil=True, cache=True)

@@ -69,7 +69,7 @@ class PerFieldEmbeddings(nn.Module):
             self.opt = torch.optim.Adagrad(params, lr=lr, eps=eps)
         else:
             self.opt = RowWiseAdagrad(params, lr=lr, eps=eps)
-        self.hits = self.misses = np.zeros(1, np.int64)
+        self.hits = self.lookups = np.zeros(1, np.int64)
 
     def lookup(self, batch: JaggedBatch) -> torch.Tensor:
         """Return pooled embeddings ``[B, width]``: one EmbeddingBag call per table, then one cat."""

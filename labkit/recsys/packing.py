@@ -22,6 +22,17 @@ from labkit.recsys.data import JaggedBatch
 from labkit.recsys.tables import Table, column_offsets, init_table, plan_groups
 
 
+def aligned_empty(shape: tuple[int, int], align: int = 64) -> np.ndarray:
+    """Return an uninitialised float32 array whose rows start on `align`-byte boundaries.
+
+    A 16-float row then fills exactly one cache line instead of straddling two.
+    """
+    n = int(np.prod(shape))
+    buf = np.empty(n * 4 + align, np.uint8)
+    off = (-buf.ctypes.data) % align
+    return buf[off:off + n * 4].view(np.float32).reshape(shape)
+
+
 def _state_dim(optimizer: str, dim: int) -> int:
     return {"sgd": 0, "adagrad": dim, "rowwise_adagrad": 1}[optimizer]
 
@@ -78,7 +89,7 @@ class PackedEmbeddings:
             sizes = [self.tables[i].cardinality for i in idx]
             row_off = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
             n = int(sum(sizes))
-            w = np.empty((n, t0.dim), np.float32)
+            w = aligned_empty((n, t0.dim))
             for i, r0 in zip(idx, row_off):
                 w[r0:r0 + self.tables[i].cardinality] = init_table(i, self.tables[i], seed)
             sd = _state_dim(optimizer, t0.dim)
@@ -92,7 +103,7 @@ class PackedEmbeddings:
                 row_off, cols[idx[0]], w, state, np.full(n, -1, np.int64)))
         n_feat = max(t.feature for t in self.tables) + 1
         self.hits = np.zeros(n_feat, np.int64)
-        self.misses = np.zeros(n_feat, np.int64)
+        self.lookups = np.zeros(n_feat, np.int64)
         self._dummy_slot = np.full(1, -1, np.int32)
 
     # ---- forward / backward --------------------------------------------------------------
@@ -104,11 +115,11 @@ class PackedEmbeddings:
     def lookup(self, batch: JaggedBatch) -> torch.Tensor:
         """Return pooled embeddings ``[B, width]`` of `batch` (one kernel call per packed table)."""
         out = np.empty((batch.batch_size, self.width), np.float32)
-        with torch.profiler.record_function("picasso::packed_lookup"):
-            for g in self.groups:
-                slot, cw, _, use = self._cache_args(g)
+        for g in self.groups:
+            slot, cw, _, use = self._cache_args(g)
+            with torch.profiler.record_function("picasso::packed_lookup"):
                 kernels.pooled_lookup(g.weights, slot, cw, use, g.feature, g.row_off, batch.offsets,
-                                      batch.values, batch.batch_size, g.mean, out, g.col0, self.hits, self.misses,
+                                      batch.values, batch.batch_size, g.mean, out, g.col0, self.hits, self.lookups,
                                       self.chunks)
         return torch.from_numpy(out)
 
@@ -120,12 +131,12 @@ class PackedEmbeddings:
         g_np = grad.detach().numpy() if isinstance(grad, torch.Tensor) else np.asarray(grad, np.float32)
         if g_np.shape != (batch.batch_size, self.width):
             raise bad_value("grad", f"shape {g_np.shape}", f"shape ({batch.batch_size}, {self.width})")
-        with torch.profiler.record_function("picasso::fused_backward_update"):
-            for gi, g in enumerate(self.groups):
-                slot, cw, cs, use = self._cache_args(g)
-                st = g.state if states is None else states[gi]
-                if states is not None:
-                    use = False  # gradients are taken against the slow tier's row numbering
+        for gi, g in enumerate(self.groups):
+            slot, cw, cs, use = self._cache_args(g)
+            st = g.state if states is None else states[gi]
+            if states is not None:
+                use = False  # gradients are taken against the slow tier's row numbering
+            with torch.profiler.record_function("picasso::fused_backward_update"):
                 kernels.fused_backward_update(g.weights, st, slot, cw, cs, use, g.feature, g.row_off,
                                               batch.offsets, batch.values, batch.batch_size, g.mean, g_np,
                                               g.col0, opt, self.lr, self.eps, g.mark, self.chunks)
@@ -209,12 +220,12 @@ class PackedEmbeddings:
 
     def reset_hits(self) -> None:
         self.hits[:] = 0
-        self.misses[:] = 0
+        self.lookups[:] = 0
 
     @property
     def hit_rate(self) -> float:
         """Fraction of looked-up ids served by the hot-row cache since the last reset."""
-        return hit_rate(self.hits, self.misses)
+        return hit_rate(self.hits, self.lookups)
 
     @property
     def cached_rows(self) -> int:

@@ -1,0 +1,88 @@
+"""One model interface: every combination of packing, interleaving and caching trains identically."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from labkit.recsys.cache import CachePlan
+from labkit.recsys.data import FieldSpec, JaggedBatch, SyntheticCTR, make_fields
+from labkit.recsys.model import RecModel, Techniques, count_ops
+
+
+def _train(kind, specs, steps=8, batch=64, **kw):
+    gen = SyntheticCTR(specs, seed=4)
+    with RecModel(kind, specs, **kw) as m:
+        if kw.get("cache"):
+            m.warm_cache(gen.batches(batch, 2))
+        losses = [m.train_step(gen.batch(batch, i)) for i in range(steps)]
+        return losses, m.eval_loss(gen.batch(256, 999)), m.hit_rate
+
+
+COMBOS = [dict(packing=p, interleave=i, cache=c) for p, i, c in itertools.product([False, True], [0, 3], [0.0, 0.1])]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
+def test_every_combination_reaches_the_baseline_loss(optimizer):
+    specs = make_fields(5, cardinality=[40, 300, 2000], dims=[4, 8], hotness=[1, 2])
+    ref, ref_eval, _ = _train("wide_deep", specs, optimizer=optimizer)
+    assert ref[-1] < ref[0]  # it learns
+    for combo in COMBOS[1:]:
+        losses, ev, hr = _train("wide_deep", specs, optimizer=optimizer, **combo)
+        np.testing.assert_allclose(losses, ref, rtol=1e-5, err_msg=str(combo))
+        assert abs(ev - ref_eval) < 1e-5, combo
+        if combo["cache"]:
+            assert hr > 0.3
+
+
+@pytest.mark.parametrize("kind", ["dlrm", "deepfm"])
+def test_interaction_models_packed_equal_baseline(kind):
+    specs = make_fields(6, cardinality=500, dims=8, hotness=[1, 3])
+    ref, ref_eval, _ = _train(kind, specs, steps=5)
+    got, ev, _ = _train(kind, specs, steps=5, packing=True)
+    np.testing.assert_allclose(got, ref, rtol=1e-5)
+    assert abs(ev - ref_eval) < 1e-5
+
+
+def test_interaction_models_need_one_dim():
+    specs = make_fields(3, cardinality=10, dims=[4, 8])
+    with pytest.raises(ValueError, match=r"field 'C2': dim=8 is not accepted; dlrm"):
+        RecModel("dlrm", specs)
+    with pytest.raises(ValueError, match="kind='gbdt'"):
+        RecModel("gbdt", specs)
+    with pytest.raises(ValueError, match="interleave=-1"):
+        Techniques(interleave=-1)
+
+
+def test_train_step_refuses_out_of_range_ids_and_mismatched_specs():
+    specs = [FieldSpec("C1", 10), FieldSpec("C2", 10)]
+    m = RecModel("wide_deep", specs, packing=True)
+    bad = JaggedBatch(["C1", "C2"], np.array([1, 2, 30, 4]), np.ones(4, np.int64), np.zeros((2, 13)), np.zeros(2))
+    with pytest.raises(ValueError, match="field 'C2': id=30"):
+        m.train_step(bad)
+    other = JaggedBatch(["C1", "X"], np.array([1, 2, 3, 4]), np.ones(4, np.int64), np.zeros((2, 13)), np.zeros(2))
+    with pytest.raises(ValueError, match="field spec does not match the data"):
+        m.train_step(other)
+    with pytest.raises(ValueError, match="cache=0"):
+        m.warm_cache([])
+
+
+def test_packing_cuts_operators_per_step():
+    specs = make_fields(20, cardinality=100, dims=8)
+    gen = SyntheticCTR(specs)
+    counts = {}
+    for packing in (False, True):
+        m = RecModel("wide_deep", specs, packing=packing)
+        counts[packing] = count_ops(lambda: m.train_step(gen.batch(32, 0)))
+    assert counts[True]["kernels"] == 4  # 2 packed tables x (lookup + fused update)
+    assert counts[False]["ops"] > 10 * counts[True]["ops"]
+
+
+def test_cache_plan_prefers_hot_rows_across_tables():
+    counts = [np.array([0, 5, 1, 9]), np.array([100, 0])]
+    plan = CachePlan.from_counts(counts, 3)
+    assert [r.tolist() for r in plan.rows] == [[1, 3], [0]]
+    assert CachePlan.from_counts(counts, 6).capacity == 4  # rows never seen are not cached
+    with pytest.raises(ValueError, match="capacity=7"):
+        CachePlan.from_counts(counts, 7)
