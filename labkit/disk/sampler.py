@@ -2,8 +2,10 @@
 
 Each hop asks the store for the frontier's neighbour lists (a small local CSR: from RAM, a
 cache, or disk; the sampler cannot tell) and picks up to ``fanout`` distinct neighbours per
-node. Picks are a pure function of (seed, batch, global node id, draw), drawn with the graph
-core's counter-based generator, so a mini-batch is bit-identical whichever store served it.
+node with the graph core's kernel (:func:`labkit.graph.sampling.sample_neighbors`, Floyd's
+algorithm, counter-based draws). Draws depend on (seed, batch, hop, position in the frontier)
+and the frontier's order does not depend on the store, so a mini-batch is bit-identical
+whichever store served it.
 
 A :class:`SampledBatch` orders nodes by the hop they first appear in and edges by hop, which
 lets layer ``i`` of an L-layer GNN work on a prefix of both (PyG's ``trim_to_layer``).
@@ -14,52 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit, prange
 
 from labkit.core.errors import check_range
-from labkit.graph.rng import randint, stream_key
-
-_STREAM_SAMPLE = 41
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def _pick(nodes, ptr, idx, fanout, key, counts, out):
-    """For row k pick min(fanout, deg) distinct entries of its list (Floyd's algorithm)."""
-    for k in prange(nodes.shape[0]):
-        a = ptr[k]
-        deg = ptr[k + 1] - a
-        o = k * fanout
-        if deg <= fanout:
-            for j in range(deg):
-                out[o + j] = idx[a + j]
-            counts[k] = deg
-            continue
-        st = stream_key(key, _STREAM_SAMPLE, nodes[k])
-        m = 0
-        chosen = np.empty(fanout, np.int64)
-        for j in range(deg - fanout, deg):
-            st = st + np.uint64(0x9E3779B97F4A7C15)
-            t = randint(st, j + 1)
-            dup = False
-            for q in range(m):
-                if chosen[q] == t:
-                    dup = True
-                    break
-            chosen[m] = j if dup else t
-            m += 1
-        for j in range(fanout):
-            out[o + j] = idx[a + chosen[j]]
-        counts[k] = fanout
-
-
-def sample_neighbors(nodes: np.ndarray, ptr: np.ndarray, idx: np.ndarray, fanout: int,
-                     key: int) -> tuple[np.ndarray, np.ndarray]:
-    """Return (counts, picks): up to `fanout` distinct neighbours of each node, concatenated."""
-    counts = np.empty(nodes.size, np.int64)
-    out = np.empty(nodes.size * fanout, np.int64)
-    _pick(nodes.astype(np.int64), ptr, idx, fanout, np.uint64(key), counts, out)
-    mask = np.arange(fanout)[None, :] < counts[:, None]
-    return counts, out.reshape(nodes.size, fanout)[mask]
+from labkit.graph.sampling import sample_neighbors
 
 
 @dataclass
@@ -114,7 +73,9 @@ class NeighborSampler:
         for h, fanout in enumerate(self.fanouts):
             frontier = n_id[-1]
             ptr, idx = self.topology.fetch(frontier)
-            counts, picks = sample_neighbors(frontier, ptr, idx, fanout, (key * 31 + h) & 0xFFFF_FFFF_FFFF_FFFF)
+            lptr, eid = sample_neighbors(ptr, idx, np.arange(frontier.size), fanout, seed=key, stream=h)
+            counts = np.diff(lptr)
+            picks = idx[eid].astype(np.int64)
             dst_local = np.repeat(np.arange(lo, hi, dtype=np.int64), counts)
             uniq = np.unique(picks)
             pos = np.searchsorted(known, uniq)
