@@ -144,6 +144,14 @@ def _fmt_s(t: float) -> str:
     return f"{t * 1e6:.3g} us"
 
 
+def _si(x: float) -> str:
+    """Return `x` with an SI prefix and a trailing space, e.g. '1.22 G'."""
+    for p, f in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= f:
+            return f"{x / f:.3g} {p}"
+    return f"{x:.3g} "
+
+
 def _fmt_num(x: Any) -> str:
     if x is None:
         return "-"
@@ -192,7 +200,7 @@ class BenchReport:
                 rows.append([c.case, n, _fmt_s(c.median(n)), f"{_fmt_s(c.min(n))} - {_fmt_s(c.max(n))}",
                              "-" if pm is None else f"{pm / 2**20:.1f}",
                              "1 (base)" if n == base else f"{c.ratio(base, n):.2f}x",
-                             "-" if c.work is None else f"{c.throughput(n):,.4g} {c.work_unit}/s"])
+                             "-" if c.work is None else f"{_si(c.throughput(n))}{c.work_unit}/s"])
         return _table(["case", "contender", "median", "min - max", "peak MB", "speedup vs first",
                        "throughput"], rows)
 

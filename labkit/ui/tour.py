@@ -1,0 +1,32 @@
+"""The tour's slider: table size against measured gather throughput, random vs sorted ids."""
+
+from __future__ import annotations
+
+from labkit import tour
+
+
+def gather_explorer(max_log2_rows: int = 22, dim: int = 16, repeats: int = 3):
+    """Return ``(view, fig, state)``: a rows slider driving a live bench of random vs sorted gathers.
+
+    Each move gathers a quarter of the table's rows, once in random and once in sorted id order.
+    """
+    import ipywidgets as W
+    import plotly.graph_objects as go
+
+    from labkit.ui.widgets import slider_plot
+
+    fig = go.FigureWidget(layout=dict(title="gather throughput (GB/s)", yaxis_title="GB/s",
+                                      xaxis_title="id order", height=320))
+    fig.add_bar(x=["random order", "sorted order"], y=[0, 0])
+    rows = W.IntSlider(value=min(20, max_log2_rows), min=13, max=max_log2_rows, description="log2 rows")
+
+    def update(f, v):
+        n = 2 ** v["log2 rows"]
+        c, _ = tour.gather_bench(n, n // 4, dim, repeats)
+        gbps = [c.throughput(k) / 1e9 for k in ("random order", "sorted order")]
+        f.data[0].y = gbps
+        f.layout.title = (f"{n:,} rows x {dim} ({n * dim * 4 / 2**20:.0f} MiB): sorted is "
+                          f"{c.ratio('random order', 'sorted order'):.2f}x random")
+        return {"rows": n, "gbps": gbps, "speedup": c.ratio("random order", "sorted order")}
+
+    return slider_plot({"log2 rows": rows}, update, fig, title="Table size vs gather locality")
