@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from labkit.core.errors import check_range
 
@@ -44,6 +44,7 @@ class Autoscaler:
     stall_lo: float = 0.01
     drift: float = 0.35
     history: list[Window] = field(default_factory=list)
+    clock: Callable[[], float] = time.perf_counter
 
     def __post_init__(self) -> None:
         if self.max_workers is None:
@@ -52,8 +53,8 @@ class Autoscaler:
         check_range("max_workers", self.max_workers, self.min_workers, integer=True)
         check_range("window_s", self.window_s, 0, lo_open=True)
         check_range("gain", self.gain, 0, 1)
-        self._t0 = time.perf_counter()
-        self._reset_window(time.perf_counter())
+        self._t0 = self.clock()
+        self._reset_window(self.clock())
         self._probe: tuple[str, int, float] | None = None  # (direction, workers before, rate before)
         self._ceiling = self.max_workers
         self._floor = self.min_workers
@@ -70,7 +71,7 @@ class Autoscaler:
 
     def on_step(self, wait_s: float, step_s: float) -> None:
         """Account one trainer step; at the end of a window, maybe change the worker count."""
-        now = time.perf_counter()
+        now = self.clock()
         if now - self._w_start < 0:
             return
         self._w_batches += 1
@@ -140,7 +141,7 @@ class Autoscaler:
     def _settle(self, rate: float) -> None:
         self._settled_rate = rate
         if self.settled_at is None or (self.history and self.history[-1].action in ("add", "remove")):
-            self.settled_at = time.perf_counter() - self._t0
+            self.settled_at = self.clock() - self._t0
 
     def summary(self) -> dict:
         """Final worker count, number of changes, and when it last changed (seconds since start)."""

@@ -30,7 +30,7 @@ def flatten(batch: Any) -> tuple[Any, list[np.ndarray]]:
             arrays.append(x.detach().cpu().contiguous().numpy())
             return ("t", len(arrays) - 1)
         if isinstance(x, np.ndarray):
-            arrays.append(np.ascontiguousarray(x))
+            arrays.append(x if x.flags.c_contiguous else x.copy(order="C"))
             return ("n", len(arrays) - 1)
         if isinstance(x, tuple):
             return ("tuple", [walk(v) for v in x])
