@@ -167,10 +167,35 @@ def _aligned(nbytes: int) -> tuple[mmap.mmap, np.ndarray]:
     return m, np.frombuffer(m, dtype=np.uint8)
 
 
+#: Filesystems whose files live in RAM: O_DIRECT (where accepted) still reads memory there.
+RAM_FILESYSTEMS = ("tmpfs", "ramfs", "devtmpfs")
+
+
+def filesystem_type(path: str | os.PathLike) -> str:
+    """Return the type of the filesystem holding `path` (from /proc/mounts), or "" if unknown."""
+    p = os.path.realpath(path)
+    best, kind = "", ""
+    try:
+        with open("/proc/mounts") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                mnt = parts[1].replace("\\040", " ")
+                if (p == mnt or p.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                    best, kind = mnt, parts[2]
+    except OSError:
+        return ""
+    return kind
+
+
 def probe_direct(path: str | os.PathLike) -> bool:
-    """Return True if `path`'s filesystem accepts O_DIRECT opens and aligned reads."""
+    """Return True if `path` is on a disk filesystem that accepts O_DIRECT opens and aligned reads.
+
+    tmpfs accepts O_DIRECT on recent kernels, but its files are RAM, so it counts as False.
+    """
     flag = getattr(os, "O_DIRECT", 0)
-    if not flag:
+    if not flag or filesystem_type(path) in RAM_FILESYSTEMS:
         return False
     try:
         fd = os.open(path, os.O_RDONLY | flag)
@@ -218,7 +243,8 @@ class DirectFile:
         self.direct = probe_direct(self.path)
         if not self.direct and not fallback:
             raise DirectIOUnsupported(
-                f"path={str(self.path)!r} is on a filesystem without O_DIRECT (tmpfs?); move the "
+                f"path={str(self.path)!r} is on a filesystem without O_DIRECT ({filesystem_type(self.path) or 'unknown'}: "
+                "O_DIRECT refused, or the files live in RAM); move the "
                 "data to a real disk (LABKIT_DATA) or pass fallback=True to read through the page "
                 "cache with POSIX_FADV_DONTNEED after every request")
         flags = os.O_RDONLY | (os.O_DIRECT if self.direct else 0)

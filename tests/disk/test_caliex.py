@@ -195,3 +195,27 @@ def test_interrupted_build_leaves_nothing_valid(tmp_path, monkeypatch):
     assert not any(p.name.startswith(".ci.building") for p in (root / "caliex").iterdir())
     with pytest.raises(DatasetError, match="not built"):
         open_dataset("caliex", "ci", root=root, build=False)
+
+
+def test_dataset_on_tmpfs_is_refused_or_falls_back(ds):
+    """On a RAM filesystem direct I/O would measure memory: refuse, or fall back when asked."""
+    import shutil
+
+    from labkit.core.directio import DirectIOUnsupported
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm")
+    root = f"/dev/shm/labkit-disk-test-{os.getpid()}"
+    try:
+        shutil.copytree(ds.dir, os.path.join(root, "caliex", "ci"))
+        shm = open_dataset("caliex", "ci", root=root, full_verify=False)
+        with pytest.raises(DirectIOUnsupported, match="O_DIRECT"):
+            DiskFeatures(shm, MemoryBudget("64MiB"))
+        f = DiskFeatures(shm, MemoryBudget("64MiB"), fallback=True)
+        try:
+            assert not f.file.direct
+            nodes = np.array([3, 1, 2000, 77], np.int64)
+            assert np.array_equal(f.gather(nodes), ds.array("features")[nodes])
+        finally:
+            f.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
