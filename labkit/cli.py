@@ -127,8 +127,8 @@ def _reproduce(args: argparse.Namespace) -> int:
     table = claims_markdown(claims, owner)
     print(f"## Claims table (profile {args.profile})\n")
     print(table)
-    counts = {v: sum(1 for c in claims if c.verdict == v) for v in ("pass", "miss", "not measured")}
-    print(f"\n{counts['pass']} pass, {counts['miss']} miss, {counts['not measured']} not measured")
+    passed = [c.passed for c in claims]
+    print(f"\n{passed.count(True)} pass, {passed.count(False)} miss, {passed.count(None)} not measured")
     for f in failures:
         print(f"bench failed: {f}", file=sys.stderr)
     if args.json:

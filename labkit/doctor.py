@@ -15,12 +15,24 @@ _PACKAGES = ("torch", "numpy", "numba", "scipy", "pandas", "torch_geometric", "p
 _OPTIONAL = ("cupy", "pynvml", "playwright", "torchrec", "fbgemm_gpu")
 
 
+_DIST = {"torch_geometric": "torch-geometric", "pynvml": "nvidia-ml-py", "fbgemm_gpu": "fbgemm-gpu-cpu",
+         "cupy": "cupy-cuda12x"}
+
+
 def _version(mod: str) -> str | None:
+    """Return the installed version of module `mod` (imported, so a broken install shows up), or None."""
+    from importlib import metadata
     try:
         m = importlib.import_module(mod)
     except Exception:
         return None
-    return str(getattr(m, "__version__", "installed"))
+    v = getattr(m, "__version__", None)
+    if not v:
+        try:
+            v = metadata.version(_DIST.get(mod, mod))
+        except metadata.PackageNotFoundError:
+            v = "installed"
+    return str(v)
 
 
 def checks() -> list[tuple[str, str, str]]:

@@ -51,6 +51,8 @@ class Claim:
 
     @property
     def verdict(self) -> str:
+        if self.passed is None and self.note:
+            return self.note
         return {True: "pass", False: "miss", None: "not measured"}[self.passed]
 
     def to_json(self) -> dict:
@@ -235,8 +237,9 @@ def claims_markdown(claims: Iterable[Claim], system_col: dict[str, str] | None =
     rows = []
     for c in claims:
         meas = "-" if c.measured is None else f"{_fmt_num(c.measured)}"
-        row = [f"`{c.id}`", c.claim, c.paper, meas, f"{c.op} {_fmt_num(c.target)} {c.unit}".strip(),
-               c.verdict + (f" ({c.note})" if c.note else "")]
+        tgt = "-" if c.target != c.target else f"{c.op} {_fmt_num(c.target)} {c.unit}".strip()
+        row = [f"`{c.id}`", c.claim, c.paper, meas, tgt,
+               c.verdict + (f" ({c.note})" if c.note and c.note != c.verdict else "")]
         if system_col is not None:
             row.insert(0, system_col.get(c.id, ""))
         rows.append(row)
