@@ -62,6 +62,18 @@ class Autoscaler:
         self.settled_at: float | None = None
         self._drifted = 0
 
+    def set_budget(self, cpus: int) -> None:
+        """Change the CPU budget (most workers allowed); a raised budget is explored again."""
+        check_range("cpus", cpus, self.min_workers, integer=True)
+        raised = cpus > self.max_workers
+        self.max_workers = int(cpus)
+        self._ceiling = self.max_workers if raised else min(self._ceiling, self.max_workers)
+        self._floor = min(self._floor, self.max_workers)
+        self._settled_rate = None if raised else self._settled_rate
+        if self.workers > self.max_workers:
+            self._probe = None
+            self._set(self.max_workers)
+
     @property
     def workers(self) -> int:
         return int(self.pool.target)

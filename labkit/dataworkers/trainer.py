@@ -9,6 +9,7 @@ step* that sleeps for a fixed time and uses no CPU; every report carries :attr:`
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -103,7 +104,8 @@ def torch_threads(n: int):
 
 
 def run(trainer: Trainer, batches: Iterable[Any], *, max_batches: int | None = None,
-        time_limit: float | None = None, on_step: Callable[[float, float], None] | None = None) -> RunStats:
+        time_limit: float | None = None, on_step: Callable[[float, float], None] | None = None,
+        stop: threading.Event | None = None) -> RunStats:
     """Train on `batches` until exhausted, `max_batches` or `time_limit` s; return the measured RunStats.
 
     `on_step(wait_s, step_s)` is called after each step (autoscalers and dashboards listen here).
@@ -116,6 +118,8 @@ def run(trainer: Trainer, batches: Iterable[Any], *, max_batches: int | None = N
         try:
             while max_batches is None or stats.batches < max_batches:
                 if time_limit is not None and time.perf_counter() - t0 >= time_limit:
+                    break
+                if stop is not None and stop.is_set():
                     break
                 tw = time.perf_counter()
                 try:
@@ -138,3 +142,61 @@ def run(trainer: Trainer, batches: Iterable[Any], *, max_batches: int | None = N
                 close()
     stats.wall_s = time.perf_counter() - t0
     return stats
+
+
+class LiveJob:
+    """A training run on a background thread, so widgets (kill a worker, CPU budget) stay live.
+
+    ``metrics()`` gives the last `window_s` seconds' throughput and stall for dashboards.
+    """
+
+    def __init__(self, trainer: Trainer, batches: Iterable[Any], *, time_limit: float | None = None,
+                 max_batches: int | None = None, on_step: Callable[[float, float], None] | None = None,
+                 window_s: float = 2.0) -> None:
+        self.trainer, self.batches = trainer, batches
+        self.time_limit, self.max_batches, self.on_step, self.window_s = time_limit, max_batches, on_step, window_s
+        self.stats: RunStats | None = None
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._events: list[tuple[float, float]] = []  # (monotonic end time, wait_s)
+        self._thread = threading.Thread(target=self._main, name="labkit-dw-livejob", daemon=True)
+
+    def _main(self) -> None:
+        def step(wait_s: float, step_s: float) -> None:
+            self._events.append((time.monotonic(), wait_s))
+            if self.on_step is not None:
+                self.on_step(wait_s, step_s)
+        try:
+            self.stats = run(self.trainer, self.batches, max_batches=self.max_batches, time_limit=self.time_limit,
+                             on_step=step, stop=self._stop)
+        except BaseException as exc:  # noqa: BLE001 - reported by join()
+            self.error = exc
+
+    def start(self) -> "LiveJob":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> RunStats:
+        """Wait for the run to end; re-raise its error; return its RunStats."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"timeout={timeout!r}: the live job is still running; call stop() first")
+        if self.error is not None:
+            raise self.error
+        assert self.stats is not None
+        return self.stats
+
+    def metrics(self) -> dict:
+        """Throughput (batches/s) and stall fraction over the last `window_s` seconds."""
+        now = time.monotonic()
+        recent = [e for e in list(self._events) if e[0] >= now - self.window_s]
+        return {"throughput": len(recent) / self.window_s,
+                "stall": min(1.0, sum(w for _, w in recent) / self.window_s),
+                "batches": len(self._events)}
