@@ -61,9 +61,16 @@ def _worker_main(wid: int, conn: Any, part: Callable[[list[int]], Any]) -> None:
     torch.set_num_threads(1)  # one core per worker; the pool's size is the parallelism
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the notebook stops the trainer, which stops us
     mapper = SlotMapper()
+    parent = os.getppid()
     try:
         while True:
             try:
+                # Forked siblings hold copies of our pipe's far end, so EOF alone cannot tell us the
+                # trainer died; a changed parent pid can (no orphaned workers).
+                if not conn.poll(1.0):
+                    if os.getppid() != parent:
+                        break
+                    continue
                 msg = conn.recv()
             except (EOFError, OSError):
                 break
@@ -451,10 +458,6 @@ class ProcessWorkerPool:
             self.close()
 
 
-def _run_part(part: Callable[[list[int]], Any], keys: list[int]) -> Any:
-    return part(keys)
-
-
 class DaskWorkerPool:
     """The same stateless part on Dask distributed workers (scale-out backend).
 
@@ -482,7 +485,13 @@ class DaskWorkerPool:
                 raise WorkerError(f"address={address!r}: cannot reach the Dask scheduler ({exc})") from None
         self.client, self.window, self.batch_timeout = client, int(window), float(batch_timeout)
         self.address = client.scheduler.address
-        self._part = client.scatter(part, broadcast=True, hash=False)
+        # A worker plugin rather than scattered data: a worker that restarts or joins gets the part
+        # too, and losing every holder of a scattered object would lose the job.
+        self._name = f"labkit-dw-{os.getpid()}-{id(self):x}"
+        from labkit.dataworkers.dask_plugin import PartPlugin
+        plugin = PartPlugin(self._name, part)
+        register = getattr(client, "register_plugin", None) or client.register_worker_plugin
+        register(plugin, name=self._name)
         self.stats = PoolStats()
         self._seq = 0
 
@@ -561,9 +570,19 @@ class DaskWorkerPool:
         if self.client.status != "running":
             raise WorkerError(f"the Dask scheduler at {self.address} went away (client {self.client.status})")
         try:
-            return self.client.submit(_run_part, self._part, keys, pure=False, key=f"lkdw-batch-{id(self)}-{seq}")
+            from labkit.dataworkers.dask_plugin import run_part
+            return self.client.submit(run_part, self._name, keys, pure=False, key=f"{self._name}-batch-{seq}")
         except (OSError, ConnectionError) as exc:
             raise WorkerError(f"the Dask scheduler at {self.address} went away: {exc}") from None
+
+    def kill_worker(self) -> str:
+        """Fault injection: kill one Dask worker process (its nanny restarts it); returns its address."""
+        workers = list(self.client.scheduler_info(n_workers=-1)["workers"])
+        if not workers:
+            raise WorkerError("kill_worker: the Dask cluster has no workers")
+        with contextlib.suppress(Exception):
+            self.client.run(os._exit, 1, workers=[workers[0]], wait=False)
+        return workers[0]
 
     def close(self) -> None:
         """Close the client (and the LocalCluster this pool started). Idempotent."""

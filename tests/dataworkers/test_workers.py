@@ -123,6 +123,12 @@ def test_dask_backend_in_order_and_scheduler_loss(image_prog, split):
     pool = DaskWorkerPool.local(split.stateless, workers=2, batch_timeout=20)
     try:
         assert all(same(a, b) for a, b in zip(ref, pool.stream(keys)))
+        got = []
+        for i, b in enumerate(pool.stream(keys * 3)):
+            if i == 2:
+                pool.kill_worker()  # Dask recomputes what it held; we still get each batch once
+            got.append(b)
+        assert len(got) == 3 * len(ref) and all(same(a, b) for a, b in zip(ref * 3, got))
         it = pool.stream(keys * 50)
         next(it)
         pool._cluster.close()  # the scheduler goes away mid-epoch
@@ -138,3 +144,46 @@ def test_dask_backend_in_order_and_scheduler_loss(image_prog, split):
 def test_dask_needs_exactly_one_target(split):
     with pytest.raises(ValueError, match="address=None is not accepted"):
         DaskWorkerPool(split.stateless)
+
+
+ORPHAN = r"""
+import os, sys, time
+from labkit.dataworkers.workloads import image_program
+from labkit.dataworkers.extract import extract
+from labkit.dataworkers.workers import ProcessWorkerPool
+p = image_program("ci", batch_size=8, root=sys.argv[1])
+pool = ProcessWorkerPool(extract(p).stateless, workers=2)
+it = pool.stream(p.batches(0) * 10)
+next(it); next(it)
+print(" ".join(map(str, pool.pids().values())), flush=True)
+print(pool.slots.prefix, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.slow
+def test_killed_trainer_leaves_no_workers_or_shared_memory(dw_root):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", ORPHAN, dw_root], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(x) for x in proc.stdout.readline().split()]
+        prefix = proc.stdout.readline().strip()
+        assert len(pids) == 2 and prefix.startswith("lkdw")
+        os.kill(proc.pid, signal.SIGKILL)  # the trainer dies without cleaning up
+        proc.wait(10)
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            alive = [p for p in pids if os.path.exists(f"/proc/{p}") and "Z" not in open(f"/proc/{p}/stat").read().split()[2]]
+            shm = [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
+            if not alive and not shm:
+                break
+            time.sleep(0.2)
+        assert not alive, f"orphaned data workers: {alive}"
+        assert not shm, f"leaked shared memory: {shm}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
