@@ -384,6 +384,8 @@ def build_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, np.ndarray
         hist[:] = 0
         _hist(s, d, drop_self_loops, hist)
         _hist_to_cursors(hist, cursor)
+        if len(s) and np.any(cursor > indptr[1:]):  # checked before writing: never out of bounds
+            raise ValueError("chunks() yielded different edges on its second pass; it must replay the same stream")
         _scatter(s, d, off, drop_self_loops, hist, indices, eid, return_eid)
         off += len(s)
         if progress:

@@ -120,6 +120,7 @@ class PartitionedStore:
         self.partitioning, self.owner = partitioning, partitioning.owner
         self.cache, self.labels = cache, labels
         self.feature_dim = None if features is None else features.shape[1]
+        self.feature_dtype = None if features is None else features.dtype
         self.stats = FetchStats()
         self.servers, self.addresses = [], []
         workers = list(client.scheduler_info()["workers"]) if backend == "dask" else []
@@ -203,15 +204,18 @@ class PartitionedStore:
         if self.feature_dim is None:
             raise bad_value("features", None, "a store built with a feature matrix")
         ids = check_node_ids("ids", ids, self.num_nodes).astype(np.int64, copy=False)
-        pos, groups = self._group(ids)
-        res = self._call("features", groups)
-        out = None
-        for p, rows in res.items():
-            self.stats.remote_bytes += rows.nbytes
-            if out is None:
-                out = np.empty((len(ids), rows.shape[1]), rows.dtype)
-            out[pos[p]] = rows
-        return out if out is not None else np.empty((0, self.feature_dim), np.float32)
+        out = np.empty((len(ids), self.feature_dim), self.feature_dtype)
+        miss = np.arange(len(ids))
+        if self.cache is not None and self.cache.features is not None:
+            hit, rows = self.cache.feature_rows(ids)
+            out[hit] = rows
+            miss = np.flatnonzero(~hit)
+        if len(miss):
+            pos, groups = self._group(ids[miss])
+            for p, rows in self._call("features", groups).items():
+                self.stats.remote_bytes += rows.nbytes
+                out[miss[pos[p]]] = rows
+        return out
 
     def close(self) -> None:
         """Drop the actors (the cluster itself belongs to whoever started it)."""

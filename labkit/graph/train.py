@@ -75,7 +75,7 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, sampler, sto
         opt.step()
         e = time.perf_counter()
         t_s, t_g, t_t = t_s + c - a, t_g + d - c, t_t + e - d
-        losses.append(float(loss))
+        losses.append(loss.item())
     return EpochResult(time.perf_counter() - t0, t_s, t_g, t_t, float(np.mean(losses)) if losses else float("nan"),
                        len(losses))
 

@@ -1,0 +1,121 @@
+"""PyG interop: labkit stores as `FeatureStore` / `GraphStore`, the numba sampler as a `BaseSampler`.
+
+With these, PyG's own ``NodeLoader`` drives training on labkit's storage and sampling:
+
+    loader = NodeLoader((feature_store, graph_store), node_sampler=LabkitNeighborSampler(csc, [10, 5]),
+                        input_nodes=torch.from_numpy(train), batch_size=512, shuffle=True)
+
+Messages flow from sampled in-neighbour (``row``) to the expanded node (``col``), as in PyG.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
+from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
+from torch_geometric.typing import EdgeTensorType
+
+from labkit.core.errors import bad_value
+from labkit.graph.csr import CSR, build_csr
+from labkit.graph.sampling import NeighborSampler
+
+
+class StoreFeatureStore(FeatureStore):
+    """Read-only FeatureStore over a labkit store's features ("x") and a label array ("y")."""
+
+    def __init__(self, store, labels: np.ndarray | None = None) -> None:
+        super().__init__()
+        self.store, self.labels = store, labels
+        self.num_nodes = store.num_nodes
+
+    def _put_tensor(self, tensor, attr: TensorAttr) -> bool:
+        raise bad_value("attr", attr.attr_name, "no writes: this FeatureStore reads a labkit store")
+
+    def _remove_tensor(self, attr: TensorAttr) -> bool:
+        return False
+
+    def _get_tensor(self, attr: TensorAttr):
+        idx = attr.index
+        if idx is None or isinstance(idx, slice):
+            idx = np.arange(self.num_nodes)[idx if isinstance(idx, slice) else slice(None)]
+        idx = np.asarray(idx.numpy() if isinstance(idx, torch.Tensor) else idx, np.int64)
+        if attr.attr_name == "x":
+            return torch.from_numpy(np.ascontiguousarray(self.store.features(idx)))
+        if attr.attr_name == "y" and self.labels is not None:
+            return torch.from_numpy(np.asarray(self.labels)[idx])
+        raise bad_value("attr_name", attr.attr_name, "x" + (" or y" if self.labels is not None else ""))
+
+    def _get_tensor_size(self, attr: TensorAttr):
+        if attr.attr_name == "x":
+            return (self.num_nodes, self.store.features(np.zeros(1, np.int64)).shape[1])
+        return (self.num_nodes,)
+
+    def get_all_tensor_attrs(self) -> list[TensorAttr]:
+        names = ["x"] + (["y"] if self.labels is not None else [])
+        return [TensorAttr(group_name=None, attr_name=n) for n in names]
+
+
+class CSRGraphStore(GraphStore):
+    """GraphStore keeping one homogeneous edge set as a labkit CSC (in-edges), returned as COO on request."""
+
+    def __init__(self, csc: CSR | None = None) -> None:
+        super().__init__()
+        self.csc = csc
+
+    def _put_edge_index(self, edge_index: EdgeTensorType, edge_attr: EdgeAttr) -> bool:
+        row, col = edge_index
+        n = edge_attr.size[0] if edge_attr.size else None
+        self.csc = build_csr(col.numpy(), row.numpy(), n, return_eid=True)
+        return True
+
+    def _get_edge_index(self, edge_attr: EdgeAttr):
+        if self.csc is None:
+            return None
+        col = np.repeat(np.arange(self.csc.num_nodes), self.csc.degree())
+        return torch.from_numpy(self.csc.indices.astype(np.int64)), torch.from_numpy(col)
+
+    def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
+        self.csc = None
+        return True
+
+    def get_all_edge_attrs(self) -> list[EdgeAttr]:
+        if self.csc is None:
+            return []
+        n = self.csc.num_nodes
+        return [EdgeAttr(edge_type=None, layout="coo", is_sorted=False, size=(n, n))]
+
+
+class LabkitNeighborSampler(BaseSampler):
+    """A PyG BaseSampler running labkit's numba multi-hop sampler over in-edges (CSC)."""
+
+    def __init__(self, csc: CSR, fanouts: list[int], *, replace: bool = False, seed: int = 0) -> None:
+        self.csc, self.fanouts, self.replace, self.seed = csc, list(fanouts), replace, seed
+        self._sampler = NeighborSampler(csc.indptr, csc.indices, frontier="new")
+        self._calls = 0
+
+    def sample_from_nodes(self, index: NodeSamplerInput, **kwargs) -> SamplerOutput:
+        """Return the relabelled sample of the seed nodes in `index` (PyG's SamplerOutput)."""
+        self._calls += 1
+        seeds = index.node.numpy().astype(np.int64)
+        s = self._sampler.sample(seeds, self.fanouts, replace=self.replace, seed=self.seed, stream=self._calls)
+        eid = np.concatenate(s.eids)
+        if self.csc.eid is not None:
+            eid = self.csc.eid[eid]
+        hops = np.diff(s.num_nodes_per_hop).tolist()
+        return SamplerOutput(
+            node=torch.from_numpy(s.nodes),
+            row=torch.from_numpy(np.concatenate(s.cols)),
+            col=torch.from_numpy(np.concatenate(s.rows)),
+            edge=torch.from_numpy(eid),
+            num_sampled_nodes=[len(seeds)] + hops,
+            num_sampled_edges=[len(r) for r in s.rows],
+            metadata=(index.input_id, index.time),
+        )
+
+    def sample_from_edges(self, index, neg_sampling=None):
+        raise NotImplementedError("LabkitNeighborSampler samples from nodes only; use sample_from_nodes")
+
+    @property
+    def edge_permutation(self):
+        return None

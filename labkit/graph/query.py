@@ -1,0 +1,263 @@
+"""A GSL-style query API (after graph-learn) over typed nodes and edges, running the numba operators.
+
+    g.V("user").batch(512).shuffle().outV("u2i").sample(10).by("edge_weight") \\
+     .outV("i2i").sample(5).by("random").values()
+
+``values()`` returns an iterable over one epoch of batches; each batch is a
+:class:`QueryResult` with one id array per step: the seeds (shape [b]), then each hop's
+neighbours (shape [previous size, k], padded with -1 where a vertex has fewer than k) and
+negatives from ``outNeg(...)``. Steps apply to the output of the previous step, as in GSL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from labkit.core.errors import bad_value, check_range
+from labkit.graph.csr import CSR, build_csr
+from labkit.graph.negative import negative_sample
+from labkit.graph.sampling import AliasTable, sample_neighbors, sample_weighted, topk_neighbors
+from labkit.graph.traverse import node_batches
+
+#: Strategies accepted by ``.by(...)`` after ``outV``/``inV``, and after ``outNeg``.
+HOP_STRATEGIES = ("random", "random_without_replacement", "edge_weight", "topk", "in_degree", "full")
+NEG_STRATEGIES = ("random", "in_degree")
+
+
+@dataclass
+class EdgeType:
+    """One edge type: its endpoint node types, out-edge CSR, in-edge CSC and per-edge weights."""
+
+    name: str
+    src_type: str
+    dst_type: str
+    csr: CSR
+    csc: CSR
+    weights: np.ndarray | None  # aligned with csr positions
+    _alias: dict = field(default_factory=dict)
+
+    def alias(self, kind: str, in_degree_of_dst: np.ndarray | None = None) -> AliasTable:
+        """Return (building once) the alias tables for "edge_weight" or "in_degree" draws."""
+        if kind not in self._alias:
+            if kind == "edge_weight":
+                if self.weights is None:
+                    raise bad_value("by", "edge_weight", f"a strategy other than edge_weight: edge type "
+                                    f"{self.name!r} has no weights")
+                w = self.weights
+            else:
+                w = in_degree_of_dst[self.csr.indices].astype(np.float64)
+            self._alias[kind] = AliasTable.build(self.csr.indptr, w)
+        return self._alias[kind]
+
+
+class Graph:
+    """A heterogeneous graph: typed node sets and typed edge sets, queried GSL-style with V() / E()."""
+
+    def __init__(self) -> None:
+        self.node_types: dict[str, int] = {}
+        self.node_features: dict[str, np.ndarray | None] = {}
+        self.edge_types: dict[str, EdgeType] = {}
+
+    def add_nodes(self, node_type: str, num_nodes: int, features: np.ndarray | None = None) -> "Graph":
+        """Declare `num_nodes` nodes of `node_type` (ids 0..num_nodes-1), with optional features."""
+        check_range("num_nodes", num_nodes, 1, integer=True)
+        if features is not None and len(features) != num_nodes:
+            raise bad_value("features", f"{len(features)} rows", f"{num_nodes} rows (one per node)")
+        self.node_types[node_type] = int(num_nodes)
+        self.node_features[node_type] = features
+        return self
+
+    def add_edges(self, edge_type: str, src_type: str, dst_type: str, src, dst,
+                  weights: np.ndarray | None = None) -> "Graph":
+        """Add edges of `edge_type` from `src_type` to `dst_type` nodes (duplicates and self loops kept)."""
+        for arg, t in (("src_type", src_type), ("dst_type", dst_type)):
+            if t not in self.node_types:
+                raise bad_value(arg, t, "a declared node type: " + ", ".join(self.node_types))
+        ns, nd = self.node_types[src_type], self.node_types[dst_type]
+        src, dst = np.asarray(src), np.asarray(dst)
+        for arg, a, n in (("src", src, ns), ("dst", dst, nd)):
+            if len(a) and (a.min() < 0 or a.max() >= n):
+                pos = int(np.flatnonzero((a < 0) | (a >= n))[0])
+                raise ValueError(f"{arg}[{pos}]={int(a[pos])} is not accepted; expected ids in [0, {n})")
+        n = max(ns, nd)
+        csr = build_csr(src, dst, n, weights=weights, return_eid=True)
+        csc = build_csr(dst, src, n, return_eid=True)
+        self.edge_types[edge_type] = EdgeType(edge_type, src_type, dst_type, csr, csc, csr.weights)
+        return self
+
+    def edge_type(self, name: str) -> EdgeType:
+        if name not in self.edge_types:
+            raise bad_value("edge_type", name, "one of " + (", ".join(self.edge_types) or "(none added)"))
+        return self.edge_types[name]
+
+    def in_degree(self, node_type: str) -> np.ndarray:
+        """Return in-degrees of `node_type` nodes over all edge types ending there."""
+        deg = np.zeros(max([self.node_types[node_type]] + [e.csc.num_nodes for e in self.edge_types.values()]),
+                       np.int64)
+        for e in self.edge_types.values():
+            if e.dst_type == node_type:
+                deg[:e.csc.num_nodes] += e.csc.degree()
+        return deg
+
+    def V(self, node_type: str) -> "Query":
+        """Start a query over the nodes of `node_type` (TRAVERSE)."""
+        if node_type not in self.node_types:
+            raise bad_value("node_type", node_type, "one of " + ", ".join(self.node_types))
+        return Query(self, node_type)
+
+
+@dataclass
+class _Step:
+    kind: str  # "outV", "inV", "outNeg"
+    edge_type: str
+    k: int = 1
+    by: str = "random"
+
+
+@dataclass
+class QueryResult:
+    """One batch: ``ids[0]`` the seeds, then one array per step; ``types[i]`` the node type of ``ids[i]``."""
+
+    ids: list[np.ndarray]
+    types: list[str]
+    capped_negatives: int = 0
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.ids[i]
+
+
+class Query:
+    """A chain of GSL steps; build with V().batch().shuffle().outV().sample().by()..., run with values()."""
+
+    def __init__(self, graph: Graph, node_type: str) -> None:
+        self.g, self.node_type = graph, node_type
+        self._batch, self._shuffle, self._seed, self._epoch = 64, False, 0, 0
+        self.steps: list[_Step] = []
+
+    def batch(self, size: int) -> "Query":
+        check_range("batch", size, 1, integer=True)
+        self._batch = int(size)
+        return self
+
+    def shuffle(self, seed: int = 0) -> "Query":
+        self._shuffle, self._seed = True, int(seed)
+        return self
+
+    def _hop(self, kind: str, edge_type: str) -> "Query":
+        e = self.g.edge_type(edge_type)
+        cur = self._current_type()
+        want = e.src_type if kind in ("outV", "outNeg") else e.dst_type
+        if cur != want:
+            raise bad_value("edge_type", edge_type, f"an edge type that starts at {cur!r} nodes for {kind} "
+                            f"({edge_type!r} goes {e.src_type} -> {e.dst_type})")
+        self.steps.append(_Step(kind, edge_type))
+        return self
+
+    def outV(self, edge_type: str) -> "Query":
+        """Hop along out-edges of `edge_type` (NEIGHBORHOOD)."""
+        return self._hop("outV", edge_type)
+
+    def inV(self, edge_type: str) -> "Query":
+        """Hop along in-edges of `edge_type` (NEIGHBORHOOD)."""
+        return self._hop("inV", edge_type)
+
+    def outNeg(self, edge_type: str) -> "Query":
+        """Draw negatives: `dst_type` nodes that are not out-neighbours along `edge_type` (NEGATIVE)."""
+        return self._hop("outNeg", edge_type)
+
+    def sample(self, k: int) -> "Query":
+        if not self.steps:
+            raise bad_value("sample", k, "a call after outV/inV/outNeg")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise bad_value("k", k, "a positive integer number of samples per vertex")
+        self.steps[-1].k = int(k)
+        return self
+
+    def by(self, strategy: str) -> "Query":
+        if not self.steps:
+            raise bad_value("by", strategy, "a call after outV/inV/outNeg")
+        allowed = NEG_STRATEGIES if self.steps[-1].kind == "outNeg" else HOP_STRATEGIES
+        if strategy not in allowed:
+            raise bad_value("by", strategy, "one of " + ", ".join(allowed))
+        self.steps[-1].by = strategy
+        return self
+
+    def _current_type(self) -> str:
+        t = self.node_type
+        for s in self.steps:
+            e = self.g.edge_types[s.edge_type]
+            t = e.src_type if s.kind == "inV" else e.dst_type
+        return t
+
+    def values(self, epoch: int = 0) -> "QueryRun":
+        """Return one epoch of this query's batches (iterate it, or call .next())."""
+        return QueryRun(self, epoch)
+
+    def run(self, seeds: np.ndarray, *, seed: int = 0, stream: int = 0) -> QueryResult:
+        """Run the steps on explicit `seeds` and return their result."""
+        g = self.g
+        cur = np.asarray(seeds, np.int64)
+        ids, types = [cur], [self.node_type]
+        capped = 0
+        t = self.node_type
+        for h, s in enumerate(self.steps):
+            e = g.edge_types[s.edge_type]
+            flat = cur.reshape(-1)
+            valid = np.flatnonzero(flat >= 0)
+            rows = flat[valid]
+            if s.kind == "outNeg":
+                neg = negative_sample(e.csr, rows, s.k, by=s.by, seed=seed, stream=stream * 64 + h)
+                out = np.full((len(flat), s.k), -1, np.int64)
+                out[valid] = neg.dst.reshape(-1, s.k)
+                capped += neg.capped
+                t = e.dst_type
+            else:
+                topo = e.csr if s.kind == "outV" else e.csc
+                ptr, eid = self._sample(e, topo, s, rows, seed, stream * 64 + h)
+                counts = np.diff(ptr)
+                width = int(counts.max()) if s.by == "full" and len(counts) else s.k
+                out = np.full((len(flat), width), -1, np.int64)
+                r = np.repeat(valid, counts)
+                c = np.arange(len(eid)) - np.repeat(ptr[:-1], counts)
+                out[r, c] = topo.indices[eid]
+                t = e.dst_type if s.kind == "outV" else e.src_type
+            ids.append(out)
+            types.append(t)
+            cur = out
+        return QueryResult(ids, types, capped)
+
+    def _sample(self, e: EdgeType, topo: CSR, s: _Step, rows, seed, stream):
+        if s.by in ("random", "random_without_replacement", "full"):
+            return sample_neighbors(topo.indptr, topo.indices, rows, -1 if s.by == "full" else s.k,
+                                    replace=s.by == "random", seed=seed, stream=stream)
+        if topo is e.csc and s.by in ("edge_weight", "topk"):
+            raise bad_value("by", s.by, "random, random_without_replacement, in_degree or full for inV")
+        if s.by == "topk":
+            if e.weights is None:
+                raise bad_value("by", "topk", f"a strategy other than topk: edge type {e.name!r} has no weights")
+            return topk_neighbors(topo.indptr, e.weights, rows, s.k)
+        if s.by == "in_degree":
+            table = e.alias("in_degree", self.g.in_degree(e.dst_type)) if topo is e.csr else \
+                AliasTable.build(topo.indptr, self.g.in_degree(e.src_type)[topo.indices] + 0.0)
+            return sample_weighted(topo.indptr, table, rows, s.k, seed=seed, stream=stream)
+        return sample_weighted(topo.indptr, e.alias("edge_weight"), rows, s.k, seed=seed, stream=stream)
+
+
+class QueryRun:
+    """An epoch of a query: iterate for QueryResults, or call next() (raises StopIteration at the end)."""
+
+    def __init__(self, q: Query, epoch: int) -> None:
+        self.q, self.epoch = q, epoch
+        n = q.g.node_types[q.node_type]
+        self._it = enumerate(node_batches(np.arange(n), q._batch, shuffle=q._shuffle, seed=q._seed, epoch=epoch))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> QueryResult:
+        b, seeds = next(self._it)
+        return self.q.run(seeds, seed=self.q._seed, stream=self.epoch * 100003 + b)
+
+    next = __next__

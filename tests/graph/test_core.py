@@ -1,0 +1,228 @@
+"""Graph core: R-MAT generator, CSR/CSC builder (in memory and chunked), sampling kernels."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from labkit.graph.csr import build_csc, build_csr, build_csr_chunked
+from labkit.graph.rmat import RMatParams, rmat_edge_chunks, rmat_edges, rmat_features, rmat_labels
+from labkit.graph.sampling import (AliasTable, NeighborSampler, sample_multihop, sample_neighbors,
+                                   sample_weighted, topk_neighbors)
+
+P = RMatParams(scale=10, seed=3)
+
+
+@pytest.fixture(scope="module")
+def edges():
+    return rmat_edges(P)
+
+
+@pytest.fixture(scope="module")
+def csr(edges):
+    return build_csr(*edges, P.num_nodes, dedup=True)
+
+
+def test_rmat_streams_the_same_edges_in_any_chunking(edges):
+    for chunk in (1, 777, 1 << 20):
+        got = list(rmat_edge_chunks(P, chunk)) if chunk > 1 else list(rmat_edge_chunks(P, 1, stop=50))
+        s = np.concatenate([c[0] for c in got])
+        d = np.concatenate([c[1] for c in got])
+        assert np.array_equal(s, edges[0][:len(s)]) and np.array_equal(d, edges[1][:len(d)])
+    part = list(rmat_edge_chunks(P, 100, start=500, stop=900))
+    assert np.array_equal(np.concatenate([c[0] for c in part]), edges[0][500:900])
+
+
+def test_rmat_is_seeded_skewed_and_has_learnable_communities(edges):
+    s, d = edges
+    s2, _ = rmat_edges(RMatParams(scale=10, seed=4))
+    assert not np.array_equal(s, s2)
+    assert np.array_equal(s, rmat_edges(P)[0])
+    deg = np.bincount(s, minlength=P.num_nodes)
+    assert deg.max() > 20 * deg.mean()  # power-law hubs
+    labels = rmat_labels(P)
+    assert np.bincount(labels).tolist() == [P.num_nodes // 16] * 16  # balanced classes
+    assert (labels[s] == labels[d]).mean() > 0.75  # p_intra = 0.8 plus chance
+    x = rmat_features(P, 8, 0.5, labels)
+    cent = np.stack([x[labels == c].mean(0) for c in range(16)])
+    assert (np.argmin(((x[:, None] - cent[None]) ** 2).sum(-1), 1) == labels).mean() > 0.9
+
+
+def test_split_roles_decorrelates_in_and_out_degree():
+    def corr(p):
+        s, d = rmat_edges(p)
+        a, b = np.bincount(s, minlength=p.num_nodes), np.bincount(d, minlength=p.num_nodes)
+        return np.corrcoef(np.log1p(a), np.log1p(b))[0, 1]
+    assert corr(RMatParams(scale=12)) > 0.8
+    assert corr(RMatParams(scale=12, split_roles=True)) < 0.4
+    labels = rmat_labels(RMatParams(scale=12, split_roles=True))
+    s, d = rmat_edges(RMatParams(scale=12, split_roles=True))
+    assert (labels[s] == labels[d]).mean() > 0.75
+
+
+def test_build_matches_scipy_canonical_csr(edges, csr):
+    s, d = edges
+    ref = sp.coo_matrix((np.ones(len(s)), (s, d)), shape=(P.num_nodes,) * 2).tocsr()
+    ref.sort_indices()
+    assert np.array_equal(csr.indptr, ref.indptr) and np.array_equal(csr.indices, ref.indices)
+
+
+def test_build_keeps_input_order_and_eids(edges):
+    s, d = edges
+    c = build_csr(s, d, P.num_nodes, return_eid=True)
+    for v in (0, 5, int(np.argmax(np.bincount(s)))):
+        assert np.array_equal(c.neighbors(v), d[s == v])
+        assert np.array_equal(c.eid[c.indptr[v]:c.indptr[v + 1]], np.flatnonzero(s == v))
+
+
+def test_chunked_build_equals_in_memory(edges):
+    for kw in ({}, {"dedup": True, "drop_self_loops": True}, {"return_eid": True}):
+        a = build_csr(*edges, P.num_nodes, **kw)
+        b = build_csr_chunked(lambda: rmat_edge_chunks(P, 3001), P.num_nodes, **kw)
+        assert np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
+        if kw.get("return_eid"):
+            assert np.array_equal(a.eid, b.eid)
+
+
+def test_drop_self_loops_and_weights_follow_their_edges():
+    s = np.array([0, 0, 1, 2, 2, 0])
+    d = np.array([1, 0, 2, 0, 0, 1])
+    w = np.array([1., 2., 3., 4., 5., 6.], np.float32)
+    c = build_csr(s, d, 3, weights=w, drop_self_loops=True, dedup=True)
+    assert c.indptr.tolist() == [0, 1, 2, 3] and c.indices.tolist() == [1, 2, 0]
+    assert c.weights.tolist() == [1., 3., 4.]  # first copy of a duplicate keeps its weight
+    r = c.reverse()
+    assert r.indices.tolist() == [2, 0, 1] and r.weights.tolist() == [4., 1., 3.]
+
+
+@pytest.mark.parametrize("bad", [
+    (np.array([0, -1]), np.array([1, 1]), None, "src\\[1\\]=-1"),
+    (np.array([0, 1]), np.array([1, 9]), 5, "dst\\[1\\]=9"),
+    (np.array([0.5]), np.array([1]), None, "src"),
+])
+def test_build_rejects_bad_ids(bad):
+    s, d, n, msg = bad
+    with pytest.raises(ValueError, match=msg):
+        build_csr(s, d, n)
+
+
+def test_chunked_build_refuses_a_stream_that_changes():
+    calls = {"n": 0}
+
+    def chunks():
+        calls["n"] += 1
+        yield np.array([0, calls["n"] % 2]), np.array([1, 1])
+    with pytest.raises(ValueError, match="second pass"):
+        build_csr_chunked(chunks, 2)
+
+
+def _rows_ok(csr, rows, ptr, eid, k, replace):
+    for i, v in enumerate(rows):
+        got = eid[ptr[i]:ptr[i + 1]]
+        lo, hi = csr.indptr[v], csr.indptr[v + 1]
+        assert ((got >= lo) & (got < hi)).all()  # real neighbours
+        d = hi - lo
+        if replace:
+            assert len(got) == (k if d else 0)
+        else:
+            assert len(got) == min(d, k) and len(set(got.tolist())) == len(got)  # no repeats
+
+
+@settings(max_examples=25, deadline=None)
+@given(k=st.integers(1, 40), replace=st.booleans(), seed=st.integers(0, 2**31))
+def test_sample_neighbors_properties(csr, k, replace, seed):
+    rows = np.random.default_rng(seed).integers(0, P.num_nodes, 60)
+    ptr, eid = sample_neighbors(csr.indptr, csr.indices, rows, k, replace=replace, seed=seed)
+    _rows_ok(csr, rows, ptr, eid, k, replace)
+    again = sample_neighbors(csr.indptr, csr.indices, rows, k, replace=replace, seed=seed)
+    assert np.array_equal(again[1], eid)  # deterministic per seed
+
+
+def test_without_replacement_is_uniform_on_a_hub():
+    d = 50_000  # a hub: O(k) Floyd draws, every position equally likely
+    indptr = np.array([0, d])
+    indices = np.arange(d, dtype=np.int32)
+    hits = np.zeros(d)
+    for sd in range(400):
+        _, eid = sample_neighbors(indptr, indices, np.zeros(50, np.int64), 10, seed=sd)
+        assert all(len(set(eid[i * 10:(i + 1) * 10])) == 10 for i in range(50))
+        np.add.at(hits, eid, 1)
+    per_bin = hits.reshape(50, -1).sum(1)  # 50 bins of 1000 positions, 4000 draws each expected
+    assert abs(per_bin - 4000).max() < 6 * np.sqrt(4000)
+
+
+def test_sample_full_and_bad_fanouts(csr):
+    ptr, eid = sample_neighbors(csr.indptr, csr.indices, np.array([3, 7]), -1)
+    assert np.array_equal(csr.indices[eid], np.concatenate([csr.neighbors(3), csr.neighbors(7)]))
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="fanout"):
+            sample_neighbors(csr.indptr, csr.indices, np.array([1]), bad)
+    with pytest.raises(ValueError, match=r"rows\[1\]=5000"):
+        sample_neighbors(csr.indptr, csr.indices, np.array([1, 5000]), 3)
+
+
+def test_kernels_take_neighbour_lists_from_any_source(csr):
+    rows = np.array([5, 9, 11])
+    sub_ptr = np.concatenate([[0], np.cumsum(np.diff(csr.indptr)[rows])])
+    sub_idx = np.concatenate([csr.neighbors(v) for v in rows])
+    ptr, eid = sample_neighbors(sub_ptr, sub_idx, np.arange(3), 4, seed=1)
+    ref_ptr, ref_eid = sample_neighbors(csr.indptr, csr.indices, rows, 4, seed=1)
+    assert np.array_equal(sub_idx[eid], csr.indices[ref_eid])
+
+
+@pytest.mark.parametrize("frontier", ["new", "all"])
+def test_multihop_matches_k_hop_subgraph(csr, frontier):
+    import torch
+    from torch_geometric.utils import k_hop_subgraph
+    seeds = np.array([1, 2, 3, 100])
+    s = sample_multihop(csr.indptr, csr.indices, seeds, [-1, -1], frontier=frontier)
+    assert np.array_equal(s.nodes[:4], seeds) and len(np.unique(s.nodes)) == len(s.nodes)
+    for rows, cols, eids in zip(s.rows, s.cols, s.eids):
+        assert np.array_equal(s.nodes[cols], csr.indices[eids])  # sampled = real neighbours
+        assert all(csr.indptr[s.nodes[r]] <= e < csr.indptr[s.nodes[r] + 1] for r, e in zip(rows[:200], eids[:200]))
+    # Full fanouts over out-edges reach exactly the 2-hop set PyG finds (flow target_to_source = out-edges).
+    src = np.repeat(np.arange(P.num_nodes), csr.degree())
+    ei = torch.from_numpy(np.stack([src, csr.indices.astype(np.int64)]))
+    subset, *_ = k_hop_subgraph(torch.from_numpy(seeds), 2, ei, num_nodes=P.num_nodes, flow="target_to_source")
+    assert set(s.nodes.tolist()) == set(subset.tolist())
+
+
+def test_multihop_deterministic_and_workspace_reset(csr):
+    sm = NeighborSampler(csr.indptr, csr.indices)
+    a = sm.sample(np.arange(20), [5, 3], seed=9)
+    sm.sample(np.arange(50, 90), [4, 4], seed=1)
+    b = sm.sample(np.arange(20), [5, 3], seed=9)
+    assert np.array_equal(a.nodes, b.nodes) and all(np.array_equal(x, y) for x, y in zip(a.cols, b.cols))
+    assert (sm._local == -1).all()
+    with pytest.raises(ValueError, match="fanouts"):
+        sm.sample(np.arange(3), [])
+    with pytest.raises(ValueError, match="distinct"):
+        sm.sample(np.array([1, 1]), [2])
+
+
+def test_edge_weight_sampling_matches_weights_chi_square():
+    from scipy.stats import chisquare
+    w = np.array([1.0, 2.0, 3.0, 4.0, 0.0, 10.0])
+    indptr = np.array([0, 6])
+    table = AliasTable.build(indptr, w)
+    _, eid = sample_weighted(indptr, table, np.zeros(2000, np.int64), 10, seed=5)
+    counts = np.bincount(eid, minlength=6)
+    assert counts[4] == 0
+    keep = w > 0
+    assert chisquare(counts[keep], w[keep] / w.sum() * counts.sum()).pvalue > 1e-3
+    with pytest.raises(ValueError, match=r"weights\[1\]=-1"):
+        AliasTable.build(np.array([0, 2]), np.array([1.0, -1.0]))
+
+
+def test_topk_takes_heaviest():
+    indptr = np.array([0, 4, 5])
+    w = np.array([0.1, 5.0, 3.0, 4.0, 1.0])
+    ptr, eid = topk_neighbors(indptr, w, np.array([0, 1]), 2)
+    assert eid[:2].tolist() == [1, 3] and eid[2:].tolist() == [4]
+
+
+def test_csc_is_the_transpose(edges):
+    c = build_csc(*edges, P.num_nodes, dedup=True)
+    r = build_csr(*edges, P.num_nodes, dedup=True).reverse()
+    assert np.array_equal(c.indptr, r.indptr) and np.array_equal(np.sort(c.indices), np.sort(r.indices))

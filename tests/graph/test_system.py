@@ -1,0 +1,216 @@
+"""AliGraph parts: partitioning, importance cache, stores (embedded and Dask), negatives, GSL queries, PyG."""
+
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+from labkit.graph.csr import build_csr
+from labkit.graph.importance import NeighborCache, importance, khop_degrees, plan_cache
+from labkit.graph.negative import negative_sample
+from labkit.graph.partition import partition, partition_quality
+from labkit.graph.query import Graph
+from labkit.graph.rmat import RMatParams, rmat_edges, rmat_features, rmat_labels
+from labkit.graph.store import LocalStore, PartitionedStore, StoreError, StoreSampler
+from labkit.graph.traverse import edge_batches, node_batches
+
+P = RMatParams(scale=11, seed=1, split_roles=True)
+
+
+@pytest.fixture(scope="module")
+def g():
+    s, d = rmat_edges(P)
+    csr = build_csr(s, d, P.num_nodes, dedup=True, drop_self_loops=True)
+    labels = rmat_labels(P)
+    return csr, csr.reverse(), labels, rmat_features(P, 16, 1.0, labels)
+
+
+def test_partitioners_report_cut_and_balance(g):
+    csr, csc, *_ = g
+    h = partition(csr, 4, "hash")
+    l = partition(csr, 4, "ldg", csc=csc)
+    assert np.bincount(h.owner).tolist() == [P.num_nodes // 4] * 4 and h.balance == 1.0
+    assert l.balance <= 1.06 and l.owner.min() == 0 and l.owner.max() == 3
+    assert 0.6 < h.edge_cut < 0.85  # about 3/4 of edges cross 4 random parts
+    assert l.edge_cut < h.edge_cut - 0.1  # locality-aware cuts far fewer
+    assert partition_quality(csr, np.zeros(P.num_nodes, np.int32), 1)["edge_cut"] == 0.0
+    with pytest.raises(ValueError, match="method"):
+        partition(csr, 2, "metis")
+
+
+def test_importance_is_in_over_out_degree(g):
+    csr, csc, *_ = g
+    imp = importance(csr, csc, 1)
+    v = int(np.flatnonzero((csr.degree() > 0) & (csc.degree() > 0))[0])
+    assert imp[v] == csc.degree()[v] / csr.degree()[v]
+    d_in2, d_out2 = khop_degrees(csr, csc, 2)
+    assert d_in2[v] == csc.degree()[csc.neighbors(v)].sum()
+    plan = plan_cache(csr, imp, 0.0, max_fraction=0.2)
+    assert plan.fraction <= 0.2 and plan.capped
+    assert imp[plan.vertices].min() >= np.sort(imp[csr.degree() > 0])[::-1][len(plan.vertices) - 1]
+
+
+def _check_store(store, csr, x):
+    ids = np.random.default_rng(0).choice(P.num_nodes, 500, replace=False)
+    ptr, nbrs = store.neighbors(ids)
+    ref_ptr, ref = LocalStore(csr).neighbors(ids)
+    assert np.array_equal(ptr, ref_ptr) and np.array_equal(nbrs, ref)
+    assert np.array_equal(store.features(ids), x[ids])
+
+
+def test_partitioned_store_embedded_with_cache(g):
+    csr, csc, labels, x = g
+    part = partition(csr, 4, "hash")
+    _check_store(PartitionedStore(csr, part, x), csr, x)
+    cache = NeighborCache.build(csr, plan_cache(csr, importance(csr, csc, 1), 1.0))
+    st = PartitionedStore(csr, part, x, cache=cache)
+    _check_store(st, csr, x)
+    assert cache.stats.lookups == 500 and 0 < cache.stats.hits < 500
+    s = StoreSampler(st).sample(np.arange(64), [5, 3], seed=2)
+    for rows, cols in zip(s.rows, s.cols):
+        for r, c in zip(rows, cols):
+            assert s.nodes[c] in csr.neighbors(s.nodes[r])
+    with pytest.raises(ValueError, match=r"ids\[1\]=99999"):
+        st.neighbors(np.array([1, 99999]))
+
+
+@pytest.mark.dask
+@pytest.mark.slow
+def test_dask_store_crosses_processes_and_fails_loudly(g):
+    from labkit.graph.store import close_cluster, local_cluster
+    csr, csc, labels, x = g
+    client = local_cluster(2)
+    try:
+        st = PartitionedStore(csr, partition(csr, 2, "hash"), x, backend="dask", client=client)
+        assert len(set(st.addresses)) == 2
+        _check_store(st, csr, x)
+        assert st.stats.remote_calls >= 4 and st.stats.remote_bytes > 0
+        # Kill one worker process: the next fetch must raise, never return a partial answer.
+        addr = st.addresses[1]
+        pid = client.run(os.getpid, workers=[addr])[addr]
+        os.kill(pid, signal.SIGKILL)  # a worker this test started
+        with pytest.raises(StoreError, match="partition 1"):
+            for _ in range(50):
+                st.neighbors(np.arange(0, 200))
+    finally:
+        close_cluster(client)
+
+
+def test_negatives_uniform_and_in_degree(g):
+    csr, csc, *_ = g
+    src = np.arange(200)
+    neg = negative_sample(csr, src, 5, by="in_degree", seed=3)
+    assert neg.dst.shape == (1000,) and neg.capped == 0
+    for u, v in zip(neg.src, neg.dst):
+        assert v not in csr.neighbors(u)
+    # In-degree weighting: popular nodes come up far more often than under uniform draws.
+    indeg = csc.degree()
+    assert indeg[neg.dst].mean() > 3 * indeg[negative_sample(csr, src, 5, by="random").dst].mean()
+    # A source linked to every node can only hit the retry cap, and that is counted.
+    full = build_csr(np.zeros(4, np.int64), np.arange(4), 4)
+    assert negative_sample(full, np.array([0]), 3, by="in_degree", max_retries=2).capped == 3
+
+
+def test_negatives_agree_with_pyg_negative_sampling_density(g):
+    from torch_geometric.utils import negative_sampling
+    csr, *_ = g
+    src = np.repeat(np.arange(P.num_nodes), csr.degree())
+    ei = torch.from_numpy(np.stack([src, csr.indices.astype(np.int64)]))
+    pyg = negative_sampling(ei, num_nodes=P.num_nodes, num_neg_samples=2000)
+    edges = set(zip(src.tolist(), csr.indices.tolist()))
+    assert not any((a, b) in edges for a, b in pyg.t().tolist())  # the oracle: never a true edge
+    ours = negative_sample(csr, pyg[0].numpy(), 1, by="random", reject_neighbors=True, seed=1)
+    assert not any((a, b) in edges for a, b in zip(ours.src.tolist(), ours.dst.tolist()))
+
+
+def test_traverse_batches_cover_each_epoch_once(g):
+    csr, *_ = g
+    a = np.concatenate(list(node_batches(np.arange(100), 32, seed=1, epoch=0)))
+    b = np.concatenate(list(node_batches(np.arange(100), 32, seed=1, epoch=1)))
+    assert sorted(a) == list(range(100)) and not np.array_equal(a, b)
+    got = list(edge_batches(csr, 1000, seed=0))
+    assert sum(len(x[0]) for x in got) == csr.num_edges
+    s, d, pos = got[0]
+    assert np.array_equal(csr.indices[pos], d) and all(csr.indptr[u] <= p < csr.indptr[u + 1] for u, p in zip(s, pos))
+
+
+@pytest.fixture(scope="module")
+def hetero():
+    rng = np.random.default_rng(0)
+    g = Graph().add_nodes("user", 300).add_nodes("item", 200)
+    s, d = rng.integers(0, 300, 3000), rng.integers(0, 200, 3000)
+    g.add_edges("u2i", "user", "item", s, d, weights=rng.random(3000).astype(np.float32))
+    g.add_edges("i2i", "item", "item", rng.integers(0, 200, 1500), rng.integers(0, 200, 1500))
+    return g
+
+
+def test_gsl_query_walks_typed_hops(hetero):
+    q = hetero.V("user").batch(64).shuffle().outV("u2i").sample(10).by("edge_weight") \
+        .outV("i2i").sample(5).by("random").values()
+    res = q.next()
+    assert res[0].shape == (64,) and res[1].shape == (64, 10) and res[2].shape == (640, 5)
+    assert res.types == ["user", "item", "item"]
+    u2i, i2i = hetero.edge_type("u2i").csr, hetero.edge_type("i2i").csr
+    for u, row in zip(res[0], res[1]):
+        assert set(row[row >= 0]) <= set(u2i.neighbors(u).tolist())
+    for i, row in zip(res[1].reshape(-1), res[2]):
+        if i >= 0:
+            assert set(row[row >= 0]) <= set(i2i.neighbors(i).tolist())
+    assert sum(1 for _ in hetero.V("user").batch(64).values()) == 5
+
+
+def test_gsl_negatives_topk_full_and_errors(hetero):
+    res = hetero.V("user").batch(50).outNeg("u2i").sample(5).by("in_degree").values().next()
+    u2i = hetero.edge_type("u2i").csr
+    for u, row in zip(res[0], res[1]):
+        assert not set(row.tolist()) & set(u2i.neighbors(u).tolist()) or res.capped_negatives > 0
+    top = hetero.V("user").batch(8).outV("u2i").sample(2).by("topk").values().next()
+    w = hetero.edge_type("u2i").weights
+    u = top[0][0]
+    lo, hi = u2i.indptr[u], u2i.indptr[u + 1]
+    assert set(top[1][0][top[1][0] >= 0]) <= set(u2i.indices[lo + np.argsort(-w[lo:hi])[:2]].tolist())
+    full = hetero.V("item").batch(4).inV("u2i").sample(1).by("full").values().next()
+    assert (full[1] >= 0).sum() == sum(hetero.edge_type("u2i").csc.degree()[full[0]])
+    with pytest.raises(ValueError, match="edge_type='u2x'"):
+        hetero.V("user").outV("u2x")
+    with pytest.raises(ValueError, match="starts at 'user'"):
+        hetero.V("user").outV("i2i")
+    with pytest.raises(ValueError, match="by='nope'"):
+        hetero.V("user").outV("u2i").sample(3).by("nope")
+    with pytest.raises(ValueError, match="k=0"):
+        hetero.V("user").outV("u2i").sample(0)
+    with pytest.raises(ValueError, match="edge_weight"):
+        hetero.V("item").outV("i2i").sample(2).by("edge_weight").values().next()
+
+
+def test_pyg_node_loader_trains_graphsage(g):
+    from torch_geometric.loader import NodeLoader
+
+    from labkit.graph.pyg import CSRGraphStore, LabkitNeighborSampler, StoreFeatureStore
+    from labkit.graph.train import SAGE
+    csr, csc, labels, x = g
+    fs, gs = StoreFeatureStore(LocalStore(csr, x), labels), CSRGraphStore(csc)
+    train = np.arange(0, P.num_nodes, 2)
+    test = np.arange(1, P.num_nodes, 2)
+    loader = NodeLoader((fs, gs), node_sampler=LabkitNeighborSampler(csc, [10, 5]),
+                        input_nodes=torch.from_numpy(train), batch_size=256, shuffle=True)
+    torch.manual_seed(0)
+    model = SAGE(16, 32, 16)
+    opt = torch.optim.Adam(model.parameters(), lr=0.02)
+    for _ in range(3):
+        for batch in loader:
+            assert batch.n_id[:batch.batch_size].tolist() == train[batch.input_id.numpy()].tolist()
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(batch.x, batch.edge_index)[:batch.batch_size],
+                                                     batch.y[:batch.batch_size])
+            loss.backward()
+            opt.step()
+    model.eval()
+    tl = NodeLoader((fs, gs), node_sampler=LabkitNeighborSampler(csc, [10, 5]),
+                    input_nodes=torch.from_numpy(test), batch_size=1024)
+    with torch.no_grad():
+        acc = np.mean([float((model(b.x, b.edge_index)[:b.batch_size].argmax(1) == b.y[:b.batch_size]).float()
+                             .mean()) for b in tl])
+    assert acc > 0.6  # 16 balanced classes: chance is 0.0625
