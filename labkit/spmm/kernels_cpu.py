@@ -1,0 +1,321 @@
+"""CPU SpMM kernels over Tiled-CSL words: Y (M x N) = W (M x K, Tiled-CSL) @ X (K x N).
+
+Two kernels read the same words:
+
+* ``"sparse"`` (gather-dot): each word is decoded once (two ANDs: the bf16 value is the high
+  half reinterpreted as fp32; the column is the low bits) and used for all N columns. For
+  N <= 4 the activations are read column-major so the vector loop runs over words with one
+  AVX-512 gather per column; for N >= 8 they are read row-major so one word broadcasts into a
+  vector over N. Work is proportional to the non-zeros.
+* ``"dense_tile"`` (Flash-LLM's load-as-sparse, compute-as-dense): each tile is expanded into a
+  small dense fp32 buffer, multiplied densely with the activation slice, and only the written
+  entries are re-zeroed. Work is proportional to M*K*N, as on the GPU; on a CPU that only pays
+  once N is large enough that the gather costs more than the wasted FMAs.
+
+Both run parallel over blocks of tile rows (numba prange), walking tile columns outermost inside
+a block so one 4096-wide activation slice stays in L1 across the block's tiles. N is rounded up
+to a power of two (1..64) and compiled as a constant so inner loops unroll into vector code.
+Accumulation is fp32; inputs may be bf16/fp16/fp32 and are widened to fp32 once per call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
+
+from labkit.core.errors import bad_value, check_choice
+from labkit.spmm.tiled_csl import TiledCSL
+
+KERNELS = ("auto", "sparse", "dense_tile")
+MAX_N = 64
+_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+#: Row tiles per parallel work item (16 rows each): 64 rows share one activation slice in L1.
+BLOCK_TILES = 4
+#: "auto" switches to the dense-tile kernel from this N on (set from `labkit bench spmm` runs on
+#: the 2-core lab machine, where the sparse kernel won at every N measured; see BENCHMARKS.md).
+AUTO_DENSE_TILE_FROM_N = MAX_N + 1
+
+
+@intrinsic
+def _u32_as_f32(typingctx, v):
+    """Reinterpret a uint32's bits as float32 (a bit-cast, no conversion)."""
+    sig = types.float32(types.uint32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return sig, codegen
+
+
+_HI = np.uint32(0xFFFF0000)
+
+
+@njit(fastmath=True, boundscheck=False, inline="always")
+def _row_dot1(words, p, c, cmask, x, xo):
+    s = np.float32(0.0)
+    for i in range(p, p + c):
+        w = words[i]
+        s += _u32_as_f32(w & _HI) * x[xo + (w & cmask)]
+    return s
+
+
+@njit(fastmath=True, boundscheck=False, inline="always")
+def _row_dot2(words, p, c, cmask, x0, x1, xo):
+    s0 = np.float32(0.0)
+    s1 = np.float32(0.0)
+    for i in range(p, p + c):
+        w = words[i]
+        v = _u32_as_f32(w & _HI)
+        k = xo + (w & cmask)
+        s0 += v * x0[k]
+        s1 += v * x1[k]
+    return s0, s1
+
+
+@njit(fastmath=True, boundscheck=False, inline="always")
+def _row_dot4(words, p, c, cmask, x0, x1, x2, x3, xo):
+    s0 = np.float32(0.0)
+    s1 = np.float32(0.0)
+    s2 = np.float32(0.0)
+    s3 = np.float32(0.0)
+    for i in range(p, p + c):
+        w = words[i]
+        v = _u32_as_f32(w & _HI)
+        k = xo + (w & cmask)
+        s0 += v * x0[k]
+        s1 += v * x1[k]
+        s2 += v * x2[k]
+        s3 += v * x3[k]
+    return s0, s1, s2, s3
+
+
+def _make_sparse(nb: int):
+    """Compile the gather-dot kernel for exactly `nb` activation columns."""
+    if nb == 1:
+        @njit(parallel=True, fastmath=True, boundscheck=False)
+        def k1(words, toff, row_nnz, tr, tc, gc, xt, y):
+            gr = row_nnz.shape[0] // gc
+            cmask = np.uint32(tc - 1)
+            x = xt[0]
+            nblk = (gr + BLOCK_TILES - 1) // BLOCK_TILES
+            m = y.shape[0]
+            for b in prange(nblk):
+                g0 = b * BLOCK_TILES
+                g1 = min(gr, g0 + BLOCK_TILES)
+                acc = np.zeros((g1 - g0) * tr, np.float32)
+                for t in range(gc):
+                    xo = t * tc
+                    for g in range(g0, g1):
+                        tile = g * gc + t
+                        p = toff[tile]
+                        for r in range(tr):
+                            c = np.int64(row_nnz[tile, r])
+                            if c:
+                                acc[(g - g0) * tr + r] += _row_dot1(words, p, c, cmask, x, xo)
+                                p += c
+                for i in range(min(m - g0 * tr, (g1 - g0) * tr)):
+                    y[g0 * tr + i, 0] = acc[i]
+        return k1
+    if nb in (2, 4):
+        four = nb == 4
+
+        @njit(parallel=True, fastmath=True, boundscheck=False)
+        def k24(words, toff, row_nnz, tr, tc, gc, xt, y):
+            gr = row_nnz.shape[0] // gc
+            cmask = np.uint32(tc - 1)
+            nblk = (gr + BLOCK_TILES - 1) // BLOCK_TILES
+            m = y.shape[0]
+            for b in prange(nblk):
+                g0 = b * BLOCK_TILES
+                g1 = min(gr, g0 + BLOCK_TILES)
+                acc = np.zeros(((g1 - g0) * tr, nb), np.float32)
+                for t in range(gc):
+                    xo = t * tc
+                    for g in range(g0, g1):
+                        tile = g * gc + t
+                        p = toff[tile]
+                        for r in range(tr):
+                            c = np.int64(row_nnz[tile, r])
+                            if c:
+                                a = acc[(g - g0) * tr + r]
+                                if four:
+                                    s0, s1, s2, s3 = _row_dot4(words, p, c, cmask, xt[0], xt[1], xt[2],
+                                                               xt[3], xo)
+                                    a[0] += s0
+                                    a[1] += s1
+                                    a[2] += s2
+                                    a[3] += s3
+                                else:
+                                    s0, s1 = _row_dot2(words, p, c, cmask, xt[0], xt[1], xo)
+                                    a[0] += s0
+                                    a[1] += s1
+                                p += c
+                for i in range(min(m - g0 * tr, (g1 - g0) * tr)):
+                    for j in range(nb):
+                        y[g0 * tr + i, j] = acc[i, j]
+        return k24
+
+    @njit(parallel=True, fastmath=True, boundscheck=False)
+    def kn(words, toff, row_nnz, tr, tc, gc, xr, y):
+        gr = row_nnz.shape[0] // gc
+        cmask = np.uint32(tc - 1)
+        nblk = (gr + BLOCK_TILES - 1) // BLOCK_TILES
+        m = y.shape[0]
+        for b in prange(nblk):
+            g0 = b * BLOCK_TILES
+            g1 = min(gr, g0 + BLOCK_TILES)
+            acc = np.zeros(((g1 - g0) * tr, nb), np.float32)
+            a = np.zeros(nb, np.float32)
+            for t in range(gc):
+                xo = t * tc
+                for g in range(g0, g1):
+                    tile = g * gc + t
+                    p = toff[tile]
+                    for r in range(tr):
+                        c = np.int64(row_nnz[tile, r])
+                        if c == 0:
+                            continue
+                        for j in range(nb):
+                            a[j] = 0.0
+                        for i in range(p, p + c):
+                            w = words[i]
+                            v = _u32_as_f32(w & _HI)
+                            k = xo + (w & cmask)
+                            for j in range(nb):
+                                a[j] += v * xr[k, j]
+                        row = (g - g0) * tr + r
+                        for j in range(nb):
+                            acc[row, j] += a[j]
+                        p += c
+            for i in range(min(m - g0 * tr, (g1 - g0) * tr)):
+                for j in range(nb):
+                    y[g0 * tr + i, j] = acc[i, j]
+    return kn
+
+
+def _make_dense_tile(nb: int):
+    """Compile the load-as-sparse, compute-as-dense kernel for exactly `nb` activation columns."""
+    @njit(parallel=True, fastmath=True, boundscheck=False)
+    def kd(words, toff, row_nnz, tr, tc, gc, xr, y):
+        gr = row_nnz.shape[0] // gc
+        m, kdim = y.shape[0], xr.shape[0]
+        nblk = (gr + BLOCK_TILES - 1) // BLOCK_TILES
+        for b in prange(nblk):
+            g0 = b * BLOCK_TILES
+            g1 = min(gr, g0 + BLOCK_TILES)
+            acc = np.zeros(((g1 - g0) * tr, nb), np.float32)
+            buf = np.zeros(tr * tc, np.float32)  # the "shared memory" tile, zero between uses
+            a = np.zeros(nb, np.float32)
+            for t in range(gc):
+                xo = t * tc
+                width = min(tc, kdim - xo)
+                for g in range(g0, g1):
+                    tile = g * gc + t
+                    p0, p1 = toff[tile], toff[tile + 1]
+                    if p0 == p1:
+                        continue
+                    for i in range(p0, p1):           # load as sparse: expand the tile
+                        w = words[i]
+                        buf[w & np.uint32(0xFFFF)] += _u32_as_f32(w & _HI)
+                    for r in range(tr):               # compute as dense: every FMA, zeros too
+                        base = r * tc
+                        if nb == 1:
+                            s = np.float32(0.0)
+                            for k in range(width):
+                                s += buf[base + k] * xr[xo + k, 0]
+                            acc[(g - g0) * tr + r, 0] += s
+                        else:
+                            for j in range(nb):
+                                a[j] = 0.0
+                            for k in range(width):
+                                v = buf[base + k]
+                                for j in range(nb):
+                                    a[j] += v * xr[xo + k, j]
+                            for j in range(nb):
+                                acc[(g - g0) * tr + r, j] += a[j]
+                    for i in range(p0, p1):           # re-zero only what was written
+                        buf[words[i] & np.uint32(0xFFFF)] = 0.0
+            for i in range(min(m - g0 * tr, (g1 - g0) * tr)):
+                for j in range(nb):
+                    y[g0 * tr + i, j] = acc[i, j]
+    return kd
+
+
+_CACHE: dict[tuple[str, int], object] = {}
+
+
+def _kernel(kind: str, nb: int):
+    key = (kind, nb)
+    if key not in _CACHE:
+        _CACHE[key] = _make_sparse(nb) if kind == "sparse" else _make_dense_tile(nb)
+    return _CACHE[key]
+
+
+def bucket(n: int) -> int:
+    """Return the compiled column count used for N columns (the next power of two, <= 64)."""
+    return next(b for b in _BUCKETS if b >= n)
+
+
+def choose_kernel(n: int) -> str:
+    """Return the kernel "auto" uses for N activation columns."""
+    return "dense_tile" if n >= AUTO_DENSE_TILE_FROM_N else "sparse"
+
+
+def _as_activations(x, k: int) -> tuple[np.ndarray, bool]:
+    """Return (x as float32 (K, N) numpy, whether x was 1-D), checking shape and dtype."""
+    if isinstance(x, torch.Tensor):
+        if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise bad_value("x.dtype", x.dtype, "torch.float32, torch.bfloat16 or torch.float16")
+        xn = x.detach().float().numpy() if x.dtype != torch.float32 else x.detach().numpy()
+    elif isinstance(x, np.ndarray):
+        if x.dtype not in (np.float32, np.float16, np.float64):
+            raise bad_value("x.dtype", x.dtype, "float32, float16 or float64 (numpy) or a torch tensor")
+        xn = x.astype(np.float32, copy=False)
+    else:
+        raise bad_value("x", type(x).__name__, "a torch.Tensor or numpy array of shape (K,) or (K, N)")
+    vec = xn.ndim == 1
+    if vec:
+        xn = xn[:, None]
+    if xn.ndim != 2 or xn.shape[0] != k or not (1 <= xn.shape[1] <= MAX_N):
+        raise bad_value("x.shape", tuple(x.shape), f"({k},) or ({k}, N) with 1 <= N <= {MAX_N}")
+    return xn, vec
+
+
+def spmm(w: TiledCSL, x, *, kernel: str = "auto", out: np.ndarray | None = None) -> np.ndarray:
+    """Return W @ x as float32 numpy ((M,) for 1-D x, else (M, N)); W in Tiled-CSL (bf16 values).
+
+    `out`, if given, must be a float32 C-contiguous (M, bucket(N)) array; every element is written.
+    """
+    if not isinstance(w, TiledCSL):
+        raise bad_value("w", type(w).__name__, "a TiledCSL (labkit.spmm.tiled_csl.encode)")
+    check_choice("kernel", kernel, KERNELS)
+    if w.dtype != "bf16":
+        raise bad_value("w.dtype", w.dtype, "'bf16' on the CPU (fp16 words need a conversion the CPU "
+                        "kernel does not do; the GPU kernel takes fp16)")
+    m, k = w.shape
+    xn, vec = _as_activations(x, k)
+    n = xn.shape[1]
+    nb = bucket(n)
+    kind = choose_kernel(n) if kernel == "auto" else kernel
+    if kind == "sparse" and nb <= 4:
+        xk = np.zeros((nb, k), np.float32)
+        xk[:n] = xn.T
+    else:
+        xk = np.zeros((k, nb), np.float32)
+        xk[:, :n] = xn
+    if out is None:
+        out = np.empty((m, nb), np.float32)
+    elif out.shape != (m, nb) or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise bad_value("out", f"{out.dtype}{out.shape}", f"a C-contiguous float32 array of shape {(m, nb)}")
+    gc = w.grid[1]
+    _kernel(kind, nb)(w.words, w.tile_offsets, w.row_nnz, w.tile[0], w.tile[1], gc, xk, out)
+    y = out[:, :n]
+    return y[:, 0] if vec else y
+
+
+def numba_threads() -> int:
+    """Return how many threads the numba kernels run with."""
+    import numba
+    return int(numba.get_num_threads())
