@@ -68,3 +68,18 @@ def load_graph(profile: str = "ci", *, mmap: bool = False) -> GraphData:
     t, v = int(0.6 * n), int(0.8 * n)
     return GraphData(csr, csc, a("labels"), a("features"), int(ds.meta["num_classes"]),
                      np.sort(perm[:t]), np.sort(perm[t:v]), np.sort(perm[v:]))
+
+
+def user_item_graph(scale: int = 12, *, seed: int = 0):
+    """Return a typed Graph for GSL queries: users and items, weighted "u2i" edges and "i2i" edges, from R-MAT."""
+    from labkit.graph.query import Graph
+    from labkit.graph.rmat import rmat_edges
+
+    half = 1 << (scale - 1)
+    us, ui = rmat_edges(RMatParams(scale=scale, edge_factor=8, seed=seed, split_roles=True))
+    is_, id_ = rmat_edges(RMatParams(scale=scale - 1, edge_factor=8, seed=seed + 1))
+    w = np.random.default_rng([seed, 9]).random(len(us)).astype(np.float32)
+    g = Graph().add_nodes("user", half).add_nodes("item", half)
+    g.add_edges("u2i", "user", "item", us % half, ui % half, weights=w)
+    g.add_edges("i2i", "item", "item", is_, id_)
+    return g
