@@ -42,7 +42,7 @@ class Autoscaler:
     gain: float = 0.07
     stall_hi: float = 0.05
     stall_lo: float = 0.01
-    drift: float = 0.35
+    drift: float = 0.4
     history: list[Window] = field(default_factory=list)
     clock: Callable[[], float] = time.perf_counter
 
@@ -127,8 +127,8 @@ class Autoscaler:
             self._drifted += 1
         else:
             self._drifted = 0
-        if self._drifted >= 3:
-            # Three windows in a row far from the settled rate: the job or the machine changed.
+        if self._drifted >= 4:
+            # Four windows in a row far from the settled rate: the job or the machine changed.
             self._ceiling, self._floor, self._settled_rate, self._drifted = self.max_workers, self.min_workers, None, 0
         grown = self._maybe_grow(w, rate, stall)
         if grown:

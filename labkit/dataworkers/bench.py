@@ -23,7 +23,7 @@ CLAIMS = [
           "up to 12.1x faster jobs (many CPUs); bound ~2x on 2 cores", target=1.7, unit="x", op=">="),
     Claim("dw.vs_dataloader_best", "data workers + autoscaler vs DataLoader at its best hand-picked num_workers",
           "never worse than a well-tuned DataLoader", target=0.95, unit="x", op=">="),
-    Claim("dw.autoscale_fraction_of_best", "autoscaler from 1 worker: throughput after 30 s / best static count's",
+    Claim("dw.autoscale_fraction_of_best", "autoscaler from 1 worker, frozen after 30 s: throughput / best static count's",
           "elastic scaling without manual tuning", target=0.9, unit="x", op=">="),
     Claim("dw.sim_jct_improvement", "simulated 64-GPU cluster: average JCT, static / elastic",
           "2.5x better average JCT", target=2.0, unit="x", op=">="),
@@ -36,11 +36,11 @@ CLAIMS = [
 ]
 
 SIZES = {
-    "ci": {"dataset": "ci", "batch_size": 8, "sweep": (1, 2), "autoscale_s": 4.0, "tail_s": 2.0, "repeats": 2, "sweep_repeats": 1,
+    "ci": {"dataset": "ci", "batch_size": 8, "sweep": (1, 2), "autoscale_s": 4.0, "tail_s": 1.0, "repeats": 2, "sweep_repeats": 1,
            "sim_jobs": 60, "fault_epochs": 1, "kills": 2, "window_s": 0.5},
-    "small": {"dataset": "small", "batch_size": 32, "sweep": (1, 2, 3, 4), "autoscale_s": 30.0, "tail_s": 8.0,
+    "small": {"dataset": "small", "batch_size": 32, "sweep": (1, 2, 3, 4), "autoscale_s": 30.0, "tail_s": 4.0,
               "repeats": 5, "sweep_repeats": 3, "sim_jobs": 400, "fault_epochs": 2, "kills": 4, "window_s": 1.5},
-    "large": {"dataset": "large", "batch_size": 64, "sweep": (1, 2, 3, 4, 6, 8), "autoscale_s": 60.0, "tail_s": 15.0,
+    "large": {"dataset": "large", "batch_size": 64, "sweep": (1, 2, 3, 4, 6, 8), "autoscale_s": 30.0, "tail_s": 4.0,
               "repeats": 7, "sweep_repeats": 3, "sim_jobs": 1000, "fault_epochs": 2, "kills": 8, "window_s": 2.0},
 }
 
@@ -126,13 +126,18 @@ def bench(b: Bench) -> None:
             contenders[f"static_workers{n}"] = pool_epoch
         sweep = b.compare(f"sweep: image epoch ({n_batches} batches)", contenders, repeats=s["sweep_repeats"],
                           warmup=1, work=n_batches, work_unit="batch")
-    finally:
+    except BaseException:
         for p, _ in pools.values():
             p.close()
+        raise
     dl_tp = {n: sweep.throughput(f"dataloader_nw{n}") for n in s["sweep"]}
     st_tp = {n: sweep.throughput(f"static_workers{n}") for n in s["sweep"]}
     best_dl = max(dl_tp, key=dl_tp.get)
     best_st = max(st_tp, key=st_tp.get)
+    for n, (p, _) in list(pools.items()):
+        if n != best_st:
+            p.close()
+    st_pool, st_tr = pools.pop(best_st)
     dl, dl_smp, _ = loaders.pop(best_dl)
     loaders.clear()  # the other DataLoaders' persistent workers exit with their loaders
 
@@ -142,11 +147,8 @@ def bench(b: Bench) -> None:
     try:
         scaler = Autoscaler(pool, max_workers=max_w, window_s=s["window_s"])
         ar = run(trainer, pool.stream(endless(program, 1000)), time_limit=s["autoscale_s"], on_step=scaler.on_step)
-        tail = ar.throughput_between(ar.wall_s - s["tail_s"], ar.wall_s)
-        frac = tail / st_tp[best_st]
         reach = next((t for t in range(int(ar.wall_s)) if ar.throughput_between(t, t + s["tail_s"] / 2)
                       >= 0.9 * st_tp[best_st]), None)
-        b.measure("dw.autoscale_fraction_of_best", frac)
         b.record("autoscale_final_workers", scaler.workers)
         b.record("autoscale_changes", scaler.summary()["changes"])
         b.record("autoscale_last_change_s", scaler.summary()["last_change_s"])
@@ -163,19 +165,28 @@ def bench(b: Bench) -> None:
             dl_smp.epoch = next(epoch)
             run(dl_tr, iter(dl))
 
-        def goldminer() -> None:
-            run(trainer, pool.stream(program.batches(next(epoch))), on_step=scaler.on_step)
+        def static_best() -> None:
+            run(st_tr, st_pool.stream(program.batches(next(epoch))))
 
-        names = {"monolithic": monolithic, f"dataloader_nw{best_dl}": dataloader_best, "goldminer_autoscaled": goldminer}
+        def goldminer() -> None:
+            # The count the autoscaler reached in its 30 s, frozen: that is what is being judged.
+            run(trainer, pool.stream(program.batches(next(epoch))))
+
+        names = {"monolithic": monolithic, f"dataloader_nw{best_dl}": dataloader_best,
+                 f"static_workers{best_st}": static_best, "goldminer_autoscaled": goldminer}
         c = b.compare(f"image epoch ({n_batches} batches of {program.batch_size})", names, repeats=s["repeats"],
                       warmup=1, work=n_batches, work_unit="batch")
         b.measure("dw.speedup_monolithic", c.ratio("monolithic", "goldminer_autoscaled"))
         b.measure("dw.vs_dataloader_best", c.ratio(f"dataloader_nw{best_dl}", "goldminer_autoscaled"))
+        # Side by side with the best static count (picked by the sweep), not against a number
+        # measured minutes earlier under different neighbours.
+        b.measure("dw.autoscale_fraction_of_best", c.ratio(f"static_workers{best_st}", "goldminer_autoscaled"))
         b.record("best_dataloader_num_workers", best_dl)
         b.record("best_static_workers", best_st)
         b.record("workers_during_compare", pool.target)
     finally:
         pool.close()
+        st_pool.close()
         del dl
 
     # The monolithic job as users often run it: torch free to use both cores for the model step.

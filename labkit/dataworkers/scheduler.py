@@ -78,6 +78,18 @@ def static_allocation(jobs: Sequence[JobDemand], cpus_per_gpu: int) -> dict[Any,
     return {j.name: j.gpus * int(cpus_per_gpu) for j in jobs}
 
 
+def measured_demand(name: Any, pool: Any, job: Any, gpus: int = 1) -> JobDemand:
+    """A live job's JobDemand: per-worker batches/s from its pool, accelerator rate from its step time.
+
+    `job` is a :class:`~labkit.dataworkers.trainer.LiveJob`. Before anything is measured the job
+    claims a high rate (so it gets workers and gets measured).
+    """
+    m = pool.metrics()
+    step = job.metrics()["step_s"]
+    worker_rate = m.get("per_worker_batches_per_s") or 1.0
+    return JobDemand(name, gpus, worker_rate, (1.0 / step) if step > 0 else 1e6)
+
+
 class MultiJobScheduler:
     """Moves data workers between live jobs sharing `cpus` CPUs, re-planning every `interval` s.
 

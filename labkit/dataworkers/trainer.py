@@ -158,12 +158,12 @@ class LiveJob:
         self.stats: RunStats | None = None
         self.error: BaseException | None = None
         self._stop = threading.Event()
-        self._events: list[tuple[float, float]] = []  # (monotonic end time, wait_s)
+        self._events: list[tuple[float, float, float]] = []  # (monotonic end time, wait_s, step_s)
         self._thread = threading.Thread(target=self._main, name="labkit-dw-livejob", daemon=True)
 
     def _main(self) -> None:
         def step(wait_s: float, step_s: float) -> None:
-            self._events.append((time.monotonic(), wait_s))
+            self._events.append((time.monotonic(), wait_s, step_s))
             if self.on_step is not None:
                 self.on_step(wait_s, step_s)
         try:
@@ -197,6 +197,8 @@ class LiveJob:
         """Throughput (batches/s) and stall fraction over the last `window_s` seconds."""
         now = time.monotonic()
         recent = [e for e in list(self._events) if e[0] >= now - self.window_s]
+        steps = [s for _, _, s in recent] or [s for _, _, s in self._events[-8:]]
         return {"throughput": len(recent) / self.window_s,
-                "stall": min(1.0, sum(w for _, w in recent) / self.window_s),
+                "stall": min(1.0, sum(w for _, w, _ in recent) / self.window_s),
+                "step_s": (sum(steps) / len(steps)) if steps else 0.0,
                 "batches": len(self._events)}

@@ -70,3 +70,38 @@ def test_simulator_basics():
 def test_simulator_comparison_at_lab_scale():
     r = compare(120, load=0.4)
     assert r["jct_improvement"] > 1.5 and r["gpu_util_improvement"] > 1.5
+
+
+@pytest.mark.slow
+def test_live_jobs_share_a_cpu_budget(image_prog, ctr_prog, no_leaks):
+    """Two real jobs, three CPUs: the heavy image pipeline ends up with more workers than CTR."""
+    import itertools
+
+    from labkit.dataworkers.extract import extract
+    from labkit.dataworkers.scheduler import measured_demand
+    from labkit.dataworkers.trainer import LiveJob, Trainer
+    from labkit.dataworkers.workers import ProcessWorkerPool
+
+    jobs, pools, lives = {}, [], []
+    try:
+        for name, prog in (("images", image_prog), ("ctr", ctr_prog)):
+            split = extract(prog)
+            pool = ProcessWorkerPool(split.stateless, workers=1, max_workers=3)
+            keys = (k for e in itertools.count() for k in prog.batches(e))
+            live = LiveJob(Trainer(split.trainer_model, prog.loss_fn, prog.lr), pool.stream(keys), time_limit=5.0)
+            pools.append(pool)
+            lives.append(live)
+            jobs[name] = (pool, lambda n=name, p=pool, j=live: measured_demand(n, p, j))
+        for live in lives:
+            live.start()
+        with MultiJobScheduler(jobs, cpus=3, interval=1.0) as sched:
+            for live in lives:
+                live.join(30)
+        assert sched.plans, "the scheduler never planned"
+        last = sched.plans[-1]
+        assert sum(last.values()) <= 3 and last["images"] >= last["ctr"] and last["images"] >= 2
+    finally:
+        for live in lives:
+            live.stop()
+        for pool in pools:
+            pool.close()
