@@ -114,24 +114,27 @@ def bench(b: Bench) -> None:
         for s in systems.values():
             s.close()
 
-    # Tuner: measure CaliEX at a sweep of splits (plus the tuned one) on the same batches.
-    ds, cfg, budget_bytes, _, seeds = workload(b.profile, "sage", 2 * st["per_call"], budget_fraction=st["fraction"])
+    # Tuner: CaliEX at a sweep of splits plus the tuned one, interleaved on the same mini-batches.
+    rounds = st["repeats"] + 1
+    ds, cfg, budget_bytes, _, seeds = workload(b.profile, "sage", rounds, budget_fraction=st["fraction"])
     splits = sorted(set(st["sweep"]) | {tuned})
-    measured = {}
-    for f in splits:
-        s = open_system("caliex", ds, MemoryBudget(budget_bytes), cfg, pre=pre, split=f)
-        try:
-            s.run(seeds[:1], first_index=50_000)  # warm: first-call costs
-            r = s.run(seeds[1:], first_index=60_000)
-            measured[f] = r.per_batch
-            pred = next((p["total"] for p in curve if abs(p["f"] - f) < 1e-9), float("nan"))
-            b.record(f"disk.tuner.measured_s_f{f:.2f}", r.per_batch)
-            b.record(f"disk.tuner.predicted_s_f{f:.2f}", pred)
-        finally:
+    sweep = {}
+    try:
+        for f in splits:
+            sweep[f"f={f:.2f}"] = open_system("caliex", ds, MemoryBudget(budget_bytes), cfg, pre=pre, split=f)
+        ct = b.compare("sage: caliex split sweep, 1 mini-batch", {k: _runner(s, [[x] for x in seeds])
+                                                                  for k, s in sweep.items()},
+                       repeats=st["repeats"], warmup=1)
+    finally:
+        for s in sweep.values():
             s.close()
-    best = min(measured.values())
-    b.measure("disk.tuner_gap", measured[tuned] / best - 1.0)
-    b.log(f"tuner: split {tuned:.2f}, measured {measured}")
+    for f in splits:
+        pred = next((p["total"] for p in curve if abs(p["f"] - f) < 1e-9), float("nan"))
+        b.record(f"disk.tuner.measured_s_f{f:.2f}", ct.median(f"f={f:.2f}"))
+        b.record(f"disk.tuner.predicted_s_f{f:.2f}", pred)
+    best = min(ct.names, key=ct.median)
+    b.measure("disk.tuner_gap", ct.ratio(f"f={tuned:.2f}", best) - 1.0)
+    b.log(f"tuner: split {tuned:.2f}, best measured {best}")
 
     # GAT: naive vs CaliEX on its own mini-batches.
     cg, sg, _, _, _ = _compare(b, "gat", ["naive", "caliex"], st)

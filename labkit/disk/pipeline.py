@@ -128,49 +128,50 @@ _DONE = object()
 def run_pipelined(sampler: NeighborSampler, features, trainer, seeds: list[np.ndarray],
                   labels: np.ndarray, budget: MemoryBudget, *, depth: int = 1,
                   slot_bytes: tuple[int, int] = (0, 0), first_index: int = 0) -> RunStats:
-    """Run sample -> gather -> train as three concurrent stages joined by queues of `depth` slots.
+    """Run sample -> gather -> train as three concurrent stages, `depth` batches in flight per edge.
 
-    `slot_bytes` = (bytes of one sampled batch, bytes of one gathered batch) sizes the queues'
-    reservation from the budget; a batch bigger than its slot grows the reservation (and so can
-    raise BudgetExceeded rather than silently exceed the budget).
+    A stage takes a slot token before it starts on a batch, so at most `depth` sampled batches
+    (sampled or queued) and `depth` gathered batches (being gathered or queued) exist at once;
+    their bytes, `slot_bytes` = (one sampled batch, one gathered batch), are reserved from the
+    budget up front. A batch bigger than its slot grows the reservation (and so can raise
+    BudgetExceeded rather than silently exceed the budget). The batch being trained belongs
+    to the trainer (with the model), outside the budget.
     """
     check_range("depth", depth, 1, 64, integer=True)
     st = RunStats("pipelined")
     clock = _Clock(st)
-    q1: queue.Queue = queue.Queue(depth)
-    q2: queue.Queue = queue.Queue(depth)
-    # A stage can hold one item while its output queue is full: depth + 1 items per edge.
-    res1 = budget.reserve("pipeline queue (sampled)", (depth + 1) * slot_bytes[0])
-    res2 = budget.reserve("pipeline queue (gathered)", (depth + 1) * slot_bytes[1])
+    q1: queue.Queue = queue.Queue()
+    q2: queue.Queue = queue.Queue()
+    tok1, tok2 = threading.Semaphore(depth), threading.Semaphore(depth)
+    res1 = budget.reserve("pipeline slots (sampled)", depth * slot_bytes[0])
+    res2 = budget.reserve("pipeline slots (gathered)", depth * slot_bytes[1])
     errors: list[BaseException] = []
     stop = threading.Event()
 
-    def fit(res, nbytes: int, slots: int) -> None:
-        if nbytes * slots > res.nbytes:
-            res.resize(nbytes * slots)
+    def fit(res, nbytes: int) -> None:
+        if nbytes * depth > res.nbytes:
+            res.resize(nbytes * depth)
 
-    def put(q, item) -> bool:
+    def acquire(tok) -> bool:
         while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
+            if tok.acquire(timeout=0.1):
                 return True
-            except queue.Full:
-                continue
         return False
 
     def sample_stage() -> None:
         try:
             for k, s in enumerate(seeds):
                 i = first_index + k
+                if not acquire(tok1):
+                    return
                 with clock.stage("sample", i):
                     b = sampler.sample(s, i)
-                fit(res1, b.nbytes, depth + 1)
-                if not put(q1, b):
-                    return
+                fit(res1, b.nbytes)
+                q1.put(b)
         except BaseException as e:  # surfaced in the caller
             errors.append(e)
             stop.set()
-        put(q1, _DONE)
+        q1.put(_DONE)
 
     def gather_stage() -> None:
         try:
@@ -178,15 +179,17 @@ def run_pipelined(sampler: NeighborSampler, features, trainer, seeds: list[np.nd
                 b = q1.get()
                 if b is _DONE:
                     break
+                if not acquire(tok2):
+                    return
+                tok1.release()
                 with clock.stage("gather", b.index):
                     x = features.gather(b.n_id)
-                fit(res2, x.nbytes, depth + 1)
-                if not put(q2, (b, x)):
-                    return
+                fit(res2, x.nbytes + b.nbytes)
+                q2.put((b, x))
         except BaseException as e:
             errors.append(e)
             stop.set()
-        put(q2, _DONE)
+        q2.put(_DONE)
 
     threads = [threading.Thread(target=sample_stage, name="disk-sample", daemon=True),
                threading.Thread(target=gather_stage, name="disk-gather", daemon=True)]
@@ -197,6 +200,7 @@ def run_pipelined(sampler: NeighborSampler, features, trainer, seeds: list[np.nd
             item = q2.get()
             if item is _DONE:
                 break
+            tok2.release()
             b, x = item
             with clock.stage("train", b.index):
                 loss, acc = trainer.step(b, x, labels)
@@ -205,9 +209,6 @@ def run_pipelined(sampler: NeighborSampler, features, trainer, seeds: list[np.nd
             st.batches += 1
     finally:
         stop.set()
-        for q in (q1, q2):  # unblock producers
-            while not q.empty():
-                q.get_nowait()
         for t in threads:
             t.join()
         res1.release()

@@ -23,6 +23,7 @@ import numpy as np
 from labkit.core.datasets import Dataset, open_dataset
 from labkit.core.directio import DiskModel
 from labkit.core.errors import bad_value, check_choice, check_range
+from labkit.core.machine import cores as machine_cores
 from labkit.core.memory import BudgetExceeded, MemoryBudget, fmt_bytes
 from labkit.disk import plans
 from labkit.disk.pipeline import RunStats, run_pipelined, run_serial, run_superbatch
@@ -79,11 +80,14 @@ def presample(ds: Dataset, cfg: ModelConfig, seeds: list[np.ndarray], budget: Me
         for b, x in zip(batches[:len(xs)], xs):
             trainer.step(b, x, labels)
         t_train = (time.perf_counter() - a) / len(xs)
+        # Issuing a read costs CPU (Python loop, syscall, copy-out); at this scale the engine is
+        # CPU-bound, so the measured time per request at full queue depth is taken as its CPU.
         prof = StageProfile(max(0.0, t_sample) / max(1, len(batches) - 1), max(0.0, t_gather) / max(1, rows), t_train,
-                            tdisk, fdisk)
+                            tdisk, fdisk, cores=machine_cores(),
+                            request_cpu=min(tdisk.seconds_per_request, fdisk.seconds_per_request))
         counts = plans.AccessCounts.from_batches(batches, topo.indptr.size - 1)
         slot = (int(max(b.nbytes for b in batches) * 1.3),
-                int(max(b.n_id.size for b in batches) * feat.row_bytes * 1.3))
+                int(max(b.n_id.size * feat.row_bytes + b.nbytes for b in batches) * 1.3))
     finally:
         topo.close()
         feat.close()
@@ -178,7 +182,7 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
                 if pre is None:
                     raise bad_value("pre", None, "the Presampled result of labkit.disk.system.presample(...)")
                 slot = pre.slot_bytes
-                queue_bytes = 2 * (slot[0] + slot[1])  # depth 1: two slots per queue
+                queue_bytes = slot[0] + slot[1]  # pipeline depth 1: one slot per stage edge
                 cache_bytes = budget.free - queue_bytes - (1 << 20)
                 if cache_bytes < 0:
                     raise BudgetExceeded(f"budget={fmt_bytes(budget.total)} is too small for caliex: the "

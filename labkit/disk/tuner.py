@@ -6,8 +6,12 @@ Pre-sampling gives a few mini-batches, their per-node access counts and measured
 tuner fills both caches from their plans, counts what each pre-sampled batch would still miss,
 prices those misses with the cheapest read plan (random / coalesced / sweep) and predicts
 
-    time per mini-batch = max(sample(f), gather(f), train)      pipelined stages
-                        = sample(f) + gather(f) + train         serial stages
+    time per mini-batch = max(sample(f), gather(f), train + cpu(f) / cores)   pipelined stages
+                        = sample(f) + gather(f) + train                       serial stages
+
+where ``cpu(f)`` is the CPU the sampling and gathering stages burn (their own work plus the
+per-request cost of issuing reads): training uses every core, so on a small machine the
+overlapped stages still slow it down by that much.
 
 It returns the ``f`` that minimises the prediction, and the whole predicted curve so it can be
 drawn against measured points.
@@ -33,6 +37,8 @@ class StageProfile:
     train: float                # seconds per training step
     topology_disk: DiskModel = field(default_factory=DiskModel)
     feature_disk: DiskModel = field(default_factory=DiskModel)
+    cores: int = 2
+    request_cpu: float = 20e-6  # CPU seconds to issue one read request (Python, syscall, copy)
 
 
 def split_caches(f: float, cache_bytes: int, num_nodes: int, topo_plan: CachePlan,
@@ -77,7 +83,7 @@ class Tuner:
         p = self.profile
         s_io = g_io = 0.0
         t_hits = t_all = f_hits = f_all = 0
-        rows = 0
+        rows = requests = 0
         for b in self.batches:
             exp = b.expanded
             miss = exp[~in_t[exp]]
@@ -85,28 +91,48 @@ class Tuner:
             t_all += exp.size
             starts = self.indptr[miss] * 4
             lens = (self.indptr[miss + 1] - self.indptr[miss]) * 4
-            s_io += p.topology_disk.best_gap(extent_pages(starts, lens), self.max_request, self.sweep_request)[1]
+            g, t, _ = p.topology_disk.best_gap(extent_pages(starts, lens), self.max_request, self.sweep_request)
+            s_io += t
+            requests += self._requests(p.topology_disk, extent_pages(starts, lens), g)
             fmiss = b.n_id[~in_f[b.n_id]]
             f_hits += b.n_id.size - fmiss.size
             f_all += b.n_id.size
             rows += b.n_id.size
             pages = np.unique(fmiss.astype(np.int64) * self.row_bytes // PAGE)
-            g_io += p.feature_disk.best_gap(pages, self.max_request, self.sweep_request)[1]
+            g, t, _ = p.feature_disk.best_gap(pages, self.max_request, self.sweep_request)
+            g_io += t
+            requests += self._requests(p.feature_disk, pages, g)
         n = max(1, len(self.batches))
         sample = p.sample_cpu + s_io / n
         gather = p.gather_cpu_per_row * rows / n + g_io / n
-        total = max(sample, gather, p.train) if self.pipelined else sample + gather + p.train
+        cpu = p.sample_cpu + p.gather_cpu_per_row * rows / n + p.request_cpu * requests / n
+        if self.pipelined:
+            total = max(sample, gather, p.train + cpu / max(1, p.cores))
+        else:
+            total = sample + gather + p.train
         return {"f": float(f), "sample": sample, "gather": gather, "train": p.train, "total": total,
+                "cpu_other": cpu, "requests": requests / n,
                 "hit_rate_topology": t_hits / max(1, t_all), "hit_rate_features": f_hits / max(1, f_all),
                 "topology_nodes": int(t_nodes.size), "feature_rows": int(f_nodes.size)}
+
+    def _requests(self, model: DiskModel, pages: np.ndarray, gap: int) -> int:
+        cap = (self.sweep_request if gap >= 1 << 40 else self.max_request) // PAGE
+        return model.plan_cost(pages, gap, cap)[1]
 
     def curve(self, fs=None) -> list[dict]:
         """Return predictions over a grid of topology shares (default 0, 0.05, ..., 1)."""
         fs = np.linspace(0, 1, 21) if fs is None else fs
         return [self.predict(float(f)) for f in fs]
 
-    def best(self, fs=None) -> tuple[float, list[dict]]:
-        """Return (the share with the lowest predicted time, the predicted curve)."""
+    def best(self, fs=None, tolerance: float = 0.01) -> tuple[float, list[dict]]:
+        """Return (the share with the lowest predicted time, the predicted curve).
+
+        Shares within `tolerance` of the lowest time are equal as far as the model can tell
+        (training-bound runs give a flat curve); among them the one that asks least of the
+        disk and the CPU (sample + gather + their CPU) wins, as it leaves most for training.
+        """
         c = self.curve(fs)
-        k = min(range(len(c)), key=lambda i: (c[i]["total"], c[i]["f"]))
-        return c[k]["f"], c
+        lo = min(p["total"] for p in c)
+        near = [p for p in c if p["total"] <= lo * (1 + tolerance)]
+        pick = min(near, key=lambda p: (p["sample"] + p["gather"] + p["cpu_other"], p["f"]))
+        return pick["f"], c

@@ -73,6 +73,7 @@ def test_sampler_respects_fanout_and_edges(ds):
         assert u in ix[ip[v]:ip[v + 1]]
     per = np.bincount(bt.edge_dst[:bt.edge_hops[0]], minlength=bt.batch_size)
     assert per.max() <= 4 and np.all(per == np.minimum(4, np.diff(ip)[s]))
+    assert np.all(np.diff(bt.edge_dst) >= 0)  # sorted by target: layers build CSR without sorting
 
 
 @settings(max_examples=25, deadline=None)
@@ -121,7 +122,7 @@ def test_tuner_curve(ds, pre):
         curve = s.info["predicted"]
         assert len(curve) == 21 and s.split in [c["f"] for c in curve]
         best = min(c["total"] for c in curve)
-        assert next(c for c in curve if c["f"] == s.split)["total"] == best
+        assert next(c for c in curve if c["f"] == s.split)["total"] <= best * 1.01
         # More topology share never lowers the topology hit rate, nor raises the feature one.
         ht = [c["hit_rate_topology"] for c in curve]
         hf = [c["hit_rate_features"] for c in curve]
