@@ -1,0 +1,66 @@
+"""The trainer: labelled step modes, stall accounting, background runs, and the CUDA path."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from labkit.dataworkers.baselines import dataloader, monolithic_batches
+from labkit.dataworkers.trainer import LiveJob, Trainer, run
+
+
+def test_real_cpu_step_learns_and_accounts_time(image_prog):
+    tr = Trainer(image_prog.model, image_prog.loss_fn, image_prog.lr)
+    assert tr.label == "real model step on CPU (1 thread)"
+    stats = run(tr, monolithic_batches(image_prog, 0))
+    assert stats.batches == len(image_prog.batches(0)) == len(stats.timeline)
+    assert all(math.isfinite(x) for x in stats.losses)
+    assert stats.stall_s > 0 and stats.step_s > 0
+    assert stats.stall_s + stats.step_s <= stats.wall_s + 1e-6
+    assert 0 < stats.stall_fraction < 1
+
+
+def test_emulated_step_is_labelled_everywhere(image_prog):
+    tr = Trainer(image_prog.model, image_prog.loss_fn, mode="emulated", emulated_step_s=0.01)
+    assert tr.label.startswith("EMULATED accelerator step")
+    stats = run(tr, monolithic_batches(image_prog, 0), max_batches=2)
+    assert stats.label == tr.label and math.isnan(stats.losses[0]) and stats.step_s >= 0.02
+
+
+def test_bad_modes_are_named(image_prog):
+    with pytest.raises(ValueError, match="mode='tpu' is not accepted"):
+        Trainer(image_prog.model, image_prog.loss_fn, mode="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="mode='cuda' is not accepted on this machine"):
+            Trainer(image_prog.model, image_prog.loss_fn, mode="cuda")
+
+
+def test_dataloader_baseline_yields_the_monolithic_batches(image_prog):
+    dl, smp = dataloader(image_prog, 0)
+    smp.epoch = 1
+    for a, b in zip(dl, monolithic_batches(image_prog, 1)):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_live_job_runs_in_the_background_and_stops(image_prog):
+    import itertools
+    keys = (image_prog.load(k) for e in itertools.count() for k in image_prog.batches(e))
+    job = LiveJob(Trainer(image_prog.model, image_prog.loss_fn), keys).start()
+    deadline = 50
+    while job.metrics()["batches"] < 2 and deadline:
+        import time
+        time.sleep(0.1)
+        deadline -= 1
+    job.stop()
+    stats = job.join(10)
+    assert stats.batches >= 2 and job.metrics()["step_s"] > 0 and not job.running
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (none found)")
+def test_cuda_step(image_prog):
+    tr = Trainer(image_prog.model, image_prog.loss_fn, mode="cuda")
+    stats = run(tr, monolithic_batches(image_prog, 0), max_batches=2)
+    assert tr.label == "real model step on CUDA" and all(math.isfinite(x) for x in stats.losses)
