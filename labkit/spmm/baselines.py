@@ -21,7 +21,7 @@ import torch
 
 from labkit.core.errors import bad_value, check_choice
 from labkit.spmm.kernels_cpu import KERNELS, spmm
-from labkit.spmm.tiled_csl import DEFAULT_TILE, TiledCSL, encode
+from labkit.spmm.tiled_csl import TiledCSL, encode
 
 
 def _check_weight(weight) -> torch.Tensor:
@@ -102,7 +102,7 @@ class TiledCSLMatmul:
     """W @ x with W in Tiled-CSL and one of the lab's CPU kernels ("auto", "sparse", "dense_tile")."""
 
     def __init__(self, weight: torch.Tensor | TiledCSL, *, kernel: str = "auto",
-                 tile: tuple[int, int] = DEFAULT_TILE) -> None:
+                 tile: tuple[int, int] | None = None) -> None:
         check_choice("kernel", kernel, KERNELS)
         if isinstance(weight, TiledCSL):
             self.weight = weight

@@ -13,8 +13,9 @@ Two kernels read the same words:
   once N is large enough that the gather costs more than the wasted FMAs.
 
 Both run parallel over blocks of tile rows (numba prange), walking tile columns outermost inside
-a block so one 4096-wide activation slice stays in L1 across the block's tiles. N is rounded up
-to a power of two (1..64) and compiled as a constant so inner loops unroll into vector code.
+a block so one (up to 8192-wide) activation slice stays in L1 across the block's tiles. N is rounded up
+to a power of two (1..64) and passed as a numba literal, so each count is compiled (and cached
+on disk) as a constant and inner loops unroll into vector code.
 Accumulation is fp32; inputs may be bf16/fp16/fp32 and are widened to fp32 once per call.
 """
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import literally, njit, prange, types
 from numba.extending import intrinsic
 
 from labkit.core.errors import bad_value, check_choice
@@ -32,8 +33,8 @@ from labkit.spmm.tiled_csl import TiledCSL
 KERNELS = ("auto", "sparse", "dense_tile")
 MAX_N = 64
 _BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-#: Row tiles per parallel work item (16 rows each): 64 rows share one activation slice in L1.
-BLOCK_TILES = 4
+#: Row tiles per parallel work item (8 rows each): 64 rows share one activation slice in L1.
+BLOCK_TILES = 8
 #: "auto" switches to the dense-tile kernel from this N on (set from `labkit bench spmm` runs on
 #: the 2-core lab machine, where the sparse kernel won at every N measured; see BENCHMARKS.md).
 AUTO_DENSE_TILE_FROM_N = MAX_N + 1
@@ -52,7 +53,7 @@ def _u32_as_f32(typingctx, v):
 _HI = np.uint32(0xFFFF0000)
 
 
-@njit(fastmath=True, boundscheck=False, inline="always")
+@njit(fastmath=True, boundscheck=False, inline="always", cache=True)
 def _row_dot1(words, p, c, cmask, x, xo):
     s = np.float32(0.0)
     for i in range(p, p + c):
@@ -61,7 +62,7 @@ def _row_dot1(words, p, c, cmask, x, xo):
     return s
 
 
-@njit(fastmath=True, boundscheck=False, inline="always")
+@njit(fastmath=True, boundscheck=False, inline="always", cache=True)
 def _row_dot2(words, p, c, cmask, x0, x1, xo):
     s0 = np.float32(0.0)
     s1 = np.float32(0.0)
@@ -74,7 +75,7 @@ def _row_dot2(words, p, c, cmask, x0, x1, xo):
     return s0, s1
 
 
-@njit(fastmath=True, boundscheck=False, inline="always")
+@njit(fastmath=True, boundscheck=False, inline="always", cache=True)
 def _row_dot4(words, p, c, cmask, x0, x1, x2, x3, xo):
     s0 = np.float32(0.0)
     s1 = np.float32(0.0)
@@ -91,166 +92,165 @@ def _row_dot4(words, p, c, cmask, x0, x1, x2, x3, xo):
     return s0, s1, s2, s3
 
 
-def _make_sparse(nb: int):
-    """Compile the gather-dot kernel for exactly `nb` activation columns."""
-    if nb == 1:
-        @njit(parallel=True, fastmath=True, boundscheck=False)
-        def k1(words, toff, row_nnz, tr, tc, gc, xt, y):
-            gr = row_nnz.shape[0] // gc
-            cmask = np.uint32(tc - 1)
-            x = xt[0]
-            nblk = (gr + BLOCK_TILES - 1) // BLOCK_TILES
-            m = y.shape[0]
-            for b in prange(nblk):
-                g0 = b * BLOCK_TILES
-                g1 = min(gr, g0 + BLOCK_TILES)
-                acc = np.zeros((g1 - g0) * tr, np.float32)
-                for t in range(gc):
-                    xo = t * tc
-                    for g in range(g0, g1):
-                        tile = g * gc + t
-                        p = toff[tile]
-                        for r in range(tr):
-                            c = np.int64(row_nnz[tile, r])
-                            if c:
-                                acc[(g - g0) * tr + r] += _row_dot1(words, p, c, cmask, x, xo)
-                                p += c
-                for i in range(min(m - g0 * tr, (g1 - g0) * tr)):
-                    y[g0 * tr + i, 0] = acc[i]
-        return k1
-    if nb in (2, 4):
-        four = nb == 4
+@njit(parallel=True, fastmath=True, boundscheck=False, cache=True)
+def _sparse_n1(words, toff, row_nnz, tr, tc, cmask_, gc, xt, y):
+    """Gather-dot for one activation column (decode: one AND for the value, one for the column)."""
+    gr = row_nnz.shape[0] // gc
+    cmask = np.uint32(cmask_)
+    x = xt[0]
+    nblk = (gr + BLOCK_TILES - 1) // BLOCK_TILES
+    m = y.shape[0]
+    for b in prange(nblk):
+        g0 = b * BLOCK_TILES
+        g1 = min(gr, g0 + BLOCK_TILES)
+        acc = np.zeros((g1 - g0) * tr, np.float32)
+        for t in range(gc):
+            xo = t * tc
+            for g in range(g0, g1):
+                tile = g * gc + t
+                p = toff[tile]
+                for r in range(tr):
+                    c = np.int64(row_nnz[tile, r])
+                    if c:
+                        acc[(g - g0) * tr + r] += _row_dot1(words, p, c, cmask, x, xo)
+                        p += c
+        for i in range(min(m - g0 * tr, (g1 - g0) * tr)):
+            y[g0 * tr + i, 0] = acc[i]
 
-        @njit(parallel=True, fastmath=True, boundscheck=False)
-        def k24(words, toff, row_nnz, tr, tc, gc, xt, y):
-            gr = row_nnz.shape[0] // gc
-            cmask = np.uint32(tc - 1)
-            nblk = (gr + BLOCK_TILES - 1) // BLOCK_TILES
-            m = y.shape[0]
-            for b in prange(nblk):
-                g0 = b * BLOCK_TILES
-                g1 = min(gr, g0 + BLOCK_TILES)
-                acc = np.zeros(((g1 - g0) * tr, nb), np.float32)
-                for t in range(gc):
-                    xo = t * tc
-                    for g in range(g0, g1):
-                        tile = g * gc + t
-                        p = toff[tile]
-                        for r in range(tr):
-                            c = np.int64(row_nnz[tile, r])
-                            if c:
-                                a = acc[(g - g0) * tr + r]
-                                if four:
-                                    s0, s1, s2, s3 = _row_dot4(words, p, c, cmask, xt[0], xt[1], xt[2],
-                                                               xt[3], xo)
-                                    a[0] += s0
-                                    a[1] += s1
-                                    a[2] += s2
-                                    a[3] += s3
-                                else:
-                                    s0, s1 = _row_dot2(words, p, c, cmask, xt[0], xt[1], xo)
-                                    a[0] += s0
-                                    a[1] += s1
-                                p += c
-                for i in range(min(m - g0 * tr, (g1 - g0) * tr)):
+
+@njit(parallel=True, fastmath=True, boundscheck=False, cache=True)
+def _sparse_n24(words, toff, row_nnz, tr, tc, cmask_, gc, xt, y, nb):
+    """Gather-dot for 2 or 4 columns: one decode, one gather per column, column-major x."""
+    literally(nb)
+    gr = row_nnz.shape[0] // gc
+    cmask = np.uint32(cmask_)
+    nblk = (gr + BLOCK_TILES - 1) // BLOCK_TILES
+    m = y.shape[0]
+    for b in prange(nblk):
+        g0 = b * BLOCK_TILES
+        g1 = min(gr, g0 + BLOCK_TILES)
+        acc = np.zeros(((g1 - g0) * tr, nb), np.float32)
+        for t in range(gc):
+            xo = t * tc
+            for g in range(g0, g1):
+                tile = g * gc + t
+                p = toff[tile]
+                for r in range(tr):
+                    c = np.int64(row_nnz[tile, r])
+                    if c:
+                        a = acc[(g - g0) * tr + r]
+                        if nb == 4:
+                            s0, s1, s2, s3 = _row_dot4(words, p, c, cmask, xt[0], xt[1], xt[2], xt[3], xo)
+                            a[0] += s0
+                            a[1] += s1
+                            a[2] += s2
+                            a[3] += s3
+                        else:
+                            s0, s1 = _row_dot2(words, p, c, cmask, xt[0], xt[1], xo)
+                            a[0] += s0
+                            a[1] += s1
+                        p += c
+        for i in range(min(m - g0 * tr, (g1 - g0) * tr)):
+            for j in range(nb):
+                y[g0 * tr + i, j] = acc[i, j]
+
+
+@njit(parallel=True, fastmath=True, boundscheck=False, cache=True)
+def _sparse_nn(words, toff, row_nnz, tr, tc, cmask_, gc, xr, y, nb):
+    """Gather-dot for nb >= 8 columns: one decode, then a vector over N of the row-major x row."""
+    literally(nb)
+    gr = row_nnz.shape[0] // gc
+    cmask = np.uint32(cmask_)
+    nblk = (gr + BLOCK_TILES - 1) // BLOCK_TILES
+    m = y.shape[0]
+    for b in prange(nblk):
+        g0 = b * BLOCK_TILES
+        g1 = min(gr, g0 + BLOCK_TILES)
+        acc = np.zeros(((g1 - g0) * tr, nb), np.float32)
+        a = np.zeros(nb, np.float32)
+        for t in range(gc):
+            xo = t * tc
+            for g in range(g0, g1):
+                tile = g * gc + t
+                p = toff[tile]
+                for r in range(tr):
+                    c = np.int64(row_nnz[tile, r])
+                    if c == 0:
+                        continue
                     for j in range(nb):
-                        y[g0 * tr + i, j] = acc[i, j]
-        return k24
+                        a[j] = 0.0
+                    for i in range(p, p + c):
+                        w = words[i]
+                        v = _u32_as_f32(w & _HI)
+                        k = xo + (w & cmask)
+                        for j in range(nb):
+                            a[j] += v * xr[k, j]
+                    row = (g - g0) * tr + r
+                    for j in range(nb):
+                        acc[row, j] += a[j]
+                    p += c
+        for i in range(min(m - g0 * tr, (g1 - g0) * tr)):
+            for j in range(nb):
+                y[g0 * tr + i, j] = acc[i, j]
 
-    @njit(parallel=True, fastmath=True, boundscheck=False)
-    def kn(words, toff, row_nnz, tr, tc, gc, xr, y):
-        gr = row_nnz.shape[0] // gc
-        cmask = np.uint32(tc - 1)
-        nblk = (gr + BLOCK_TILES - 1) // BLOCK_TILES
-        m = y.shape[0]
-        for b in prange(nblk):
-            g0 = b * BLOCK_TILES
-            g1 = min(gr, g0 + BLOCK_TILES)
-            acc = np.zeros(((g1 - g0) * tr, nb), np.float32)
-            a = np.zeros(nb, np.float32)
-            for t in range(gc):
-                xo = t * tc
-                for g in range(g0, g1):
-                    tile = g * gc + t
-                    p = toff[tile]
-                    for r in range(tr):
-                        c = np.int64(row_nnz[tile, r])
-                        if c == 0:
-                            continue
+
+@njit(parallel=True, fastmath=True, boundscheck=False, cache=True)
+def _dense_tile(words, toff, row_nnz, tr, tc, cmask_, gc, xr, y, nb):
+    """Load as sparse, compute as dense: expand each tile, dense micro-GEMM, re-zero what was written."""
+    literally(nb)
+    gr = row_nnz.shape[0] // gc
+    m, kdim = y.shape[0], xr.shape[0]
+    nblk = (gr + BLOCK_TILES - 1) // BLOCK_TILES
+    for b in prange(nblk):
+        g0 = b * BLOCK_TILES
+        g1 = min(gr, g0 + BLOCK_TILES)
+        acc = np.zeros(((g1 - g0) * tr, nb), np.float32)
+        buf = np.zeros(tr * (cmask_ + 1), np.float32)  # the "shared memory" tile, zero between uses
+        a = np.zeros(nb, np.float32)
+        for t in range(gc):
+            xo = t * tc
+            width = min(tc, kdim - xo)
+            for g in range(g0, g1):
+                tile = g * gc + t
+                p0, p1 = toff[tile], toff[tile + 1]
+                if p0 == p1:
+                    continue
+                for i in range(p0, p1):           # load as sparse: expand the tile
+                    w = words[i]
+                    buf[w & np.uint32(0xFFFF)] += _u32_as_f32(w & _HI)
+                for r in range(tr):               # compute as dense: every FMA, zeros too
+                    base = r * (cmask_ + 1)
+                    if nb == 1:
+                        s = np.float32(0.0)
+                        for k in range(width):
+                            s += buf[base + k] * xr[xo + k, 0]
+                        acc[(g - g0) * tr + r, 0] += s
+                    else:
                         for j in range(nb):
                             a[j] = 0.0
-                        for i in range(p, p + c):
-                            w = words[i]
-                            v = _u32_as_f32(w & _HI)
-                            k = xo + (w & cmask)
+                        for k in range(width):
+                            v = buf[base + k]
                             for j in range(nb):
-                                a[j] += v * xr[k, j]
-                        row = (g - g0) * tr + r
+                                a[j] += v * xr[xo + k, j]
                         for j in range(nb):
-                            acc[row, j] += a[j]
-                        p += c
-            for i in range(min(m - g0 * tr, (g1 - g0) * tr)):
-                for j in range(nb):
-                    y[g0 * tr + i, j] = acc[i, j]
-    return kn
+                            acc[(g - g0) * tr + r, j] += a[j]
+                for i in range(p0, p1):           # re-zero only what was written
+                    buf[words[i] & np.uint32(0xFFFF)] = 0.0
+        for i in range(min(m - g0 * tr, (g1 - g0) * tr)):
+            for j in range(nb):
+                y[g0 * tr + i, j] = acc[i, j]
 
 
-def _make_dense_tile(nb: int):
-    """Compile the load-as-sparse, compute-as-dense kernel for exactly `nb` activation columns."""
-    @njit(parallel=True, fastmath=True, boundscheck=False)
-    def kd(words, toff, row_nnz, tr, tc, gc, xr, y):
-        gr = row_nnz.shape[0] // gc
-        m, kdim = y.shape[0], xr.shape[0]
-        nblk = (gr + BLOCK_TILES - 1) // BLOCK_TILES
-        for b in prange(nblk):
-            g0 = b * BLOCK_TILES
-            g1 = min(gr, g0 + BLOCK_TILES)
-            acc = np.zeros(((g1 - g0) * tr, nb), np.float32)
-            buf = np.zeros(tr * tc, np.float32)  # the "shared memory" tile, zero between uses
-            a = np.zeros(nb, np.float32)
-            for t in range(gc):
-                xo = t * tc
-                width = min(tc, kdim - xo)
-                for g in range(g0, g1):
-                    tile = g * gc + t
-                    p0, p1 = toff[tile], toff[tile + 1]
-                    if p0 == p1:
-                        continue
-                    for i in range(p0, p1):           # load as sparse: expand the tile
-                        w = words[i]
-                        buf[w & np.uint32(0xFFFF)] += _u32_as_f32(w & _HI)
-                    for r in range(tr):               # compute as dense: every FMA, zeros too
-                        base = r * tc
-                        if nb == 1:
-                            s = np.float32(0.0)
-                            for k in range(width):
-                                s += buf[base + k] * xr[xo + k, 0]
-                            acc[(g - g0) * tr + r, 0] += s
-                        else:
-                            for j in range(nb):
-                                a[j] = 0.0
-                            for k in range(width):
-                                v = buf[base + k]
-                                for j in range(nb):
-                                    a[j] += v * xr[xo + k, j]
-                            for j in range(nb):
-                                acc[(g - g0) * tr + r, j] += a[j]
-                    for i in range(p0, p1):           # re-zero only what was written
-                        buf[words[i] & np.uint32(0xFFFF)] = 0.0
-            for i in range(min(m - g0 * tr, (g1 - g0) * tr)):
-                for j in range(nb):
-                    y[g0 * tr + i, j] = acc[i, j]
-    return kd
-
-
-_CACHE: dict[tuple[str, int], object] = {}
-
-
-def _kernel(kind: str, nb: int):
-    key = (kind, nb)
-    if key not in _CACHE:
-        _CACHE[key] = _make_sparse(nb) if kind == "sparse" else _make_dense_tile(nb)
-    return _CACHE[key]
+def _run(kind: str, nb: int, w: TiledCSL, xk: np.ndarray, out: np.ndarray) -> None:
+    args = (w.words, w.tile_offsets, w.row_nnz, w.tile[0], w.tile[1], (1 << w.col_bits) - 1, w.grid[1], xk, out)
+    if kind == "dense_tile":
+        _dense_tile(*args, nb)
+    elif nb == 1:
+        _sparse_n1(*args)
+    elif nb <= 4:
+        _sparse_n24(*args, nb)
+    else:
+        _sparse_nn(*args, nb)
 
 
 def bucket(n: int) -> int:
@@ -309,8 +309,7 @@ def spmm(w: TiledCSL, x, *, kernel: str = "auto", out: np.ndarray | None = None)
         out = np.empty((m, nb), np.float32)
     elif out.shape != (m, nb) or out.dtype != np.float32 or not out.flags.c_contiguous:
         raise bad_value("out", f"{out.dtype}{out.shape}", f"a C-contiguous float32 array of shape {(m, nb)}")
-    gc = w.grid[1]
-    _kernel(kind, nb)(w.words, w.tile_offsets, w.row_nnz, w.tile[0], w.tile[1], gc, xk, out)
+    _run(kind, nb, w, xk, out)
     y = out[:, :n]
     return y[:, 0] if vec else y
 

@@ -10,16 +10,19 @@ exactly as in the paper (whose GPU tile is 128 x 64, 13 location bits). Putting 
 the *high* half means that for bf16 ``word & 0xFFFF0000`` reinterpreted as fp32 *is* the value:
 the CPU kernel decodes a non-zero with one AND, no conversion.
 
-The CPU tile is 16 x 4096 by default (any power-of-two shape with rows * cols <= 65536 works, so
-the location still fits 16 bits). Why that shape: a 4096-column slice of fp32 activations is
-16 KiB and stays in the 48 KiB L1 while the tile's words stream past it, so the random reads of
-the gather stay in L1; and a 4096-long tile row holds ~400-1200 non-zeros at 70-90% sparsity,
-long enough that the per-row reduction costs little against the vector loop.
+The location packs (row << col_bits) | col, col_bits = ceil(log2(tile_cols)); with power-of-two
+tiles that is the paper's row * tile_cols + col. The CPU tile is 8 rows by at most 8192 columns
+(3 + 13 bits; K is cut into equal column tiles, so 9216 becomes 2 x 4608; any shape whose row
+and column bits sum to <= 16 works). Why that shape: the gather reads activations at random
+inside one tile's columns, and an 8192-column fp32 slice (32 KiB) still fits the 48 KiB L1 while
+the words stream past; and a tile row of 4600-8200 columns holds 460-2500 non-zeros at 70-90%
+sparsity, so padding each row to 16 words costs ~1-2% bytes (16 x 4096 tiles cost 2.5% at 90%,
+over the 4.1 bytes-per-non-zero budget) and the per-row reduction is amortised.
 
 Inside a tile, words are sorted by (row, col) and each tile row's run is padded with zero-valued
 words to a multiple of ``pad`` (16 = one AVX-512 gather), so the kernel's vector loop has no
 scalar tail. The padded per-row counts (``row_nnz``, uint16) are what the kernel needs to find
-row boundaries; they cost 2 bytes per 4096 matrix elements. Padding words carry the location
+row boundaries; they cost 2 bytes per 4600-8200 matrix elements. Padding words carry the location
 of their row's column 0 so every location is in bounds.
 
 Zeros: a bf16/fp16 ``-0.0`` is a zero, not a non-zero; decoding returns ``+0.0`` for it. Every
@@ -38,7 +41,7 @@ from labkit.core.errors import bad_value
 
 #: Value types the format stores; the 16 bits of each go in the word's high half.
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-DEFAULT_TILE = (16, 4096)
+DEFAULT_TILE = (8, 8192)
 DEFAULT_PAD = 16
 
 
@@ -46,16 +49,32 @@ def _torch_dtype_name(dtype: torch.dtype) -> str | None:
     return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype)
 
 
+def _bits_for(n: int) -> int:
+    """Bits needed to hold 0..n-1."""
+    return max(0, int(n - 1).bit_length())
+
+
 def check_tile(tile: tuple[int, int]) -> tuple[int, int]:
-    """Return `tile` as (rows, cols) if both are powers of two and rows * cols <= 65536."""
+    """Return `tile` as (rows, cols) if a location (row << col_bits | col) fits 16 bits."""
     ok = (isinstance(tile, (tuple, list)) and len(tile) == 2
-          and all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) and t >= 1
-                  and (int(t) & (int(t) - 1)) == 0 for t in tile)
-          and int(tile[0]) * int(tile[1]) <= 65536)
+          and all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) and t >= 1 for t in tile)
+          and _bits_for(int(tile[0])) + _bits_for(int(tile[1])) <= 16)
     if not ok:
-        raise bad_value("tile", tile, "(rows, cols), both powers of two with rows * cols <= 65536 "
-                        "so a location fits 16 bits")
+        raise bad_value("tile", tile, "(rows, cols) of positive integers with ceil(log2 rows) + "
+                        "ceil(log2 cols) <= 16, so a location fits 16 bits")
     return int(tile[0]), int(tile[1])
+
+
+def auto_tile(k: int, rows: int = DEFAULT_TILE[0], max_cols: int = DEFAULT_TILE[1]) -> tuple[int, int]:
+    """Return (rows, cols): the widest cols <= max_cols (a multiple of 16) cutting K into equal tiles.
+
+    Equal tiles avoid a narrow last tile whose short rows would waste padding (K = 9216 gets
+    2 x 4608 rather than 8192 + 1024).
+    """
+    n = -(-k // max_cols)
+    cols = -(-k // n)
+    cols = min(max_cols, -(-cols // 16) * 16)
+    return rows, cols
 
 
 @dataclass(frozen=True)
@@ -79,7 +98,8 @@ class TiledCSL:
 
     @property
     def col_bits(self) -> int:
-        return int(self.tile[1]).bit_length() - 1
+        """Low bits of a location that hold the column (the row sits above them)."""
+        return _bits_for(self.tile[1])
 
     @property
     def sparsity(self) -> float:
@@ -108,15 +128,19 @@ class TiledCSL:
             raise bad_value("tile_row, tile_col", (tile_row, tile_col), f"0 <= row < {gr}, 0 <= col < {gc}")
         t = tile_row * gc + tile_col
         w = self.words[self.tile_offsets[t]:self.tile_offsets[t + 1]]
-        out = np.zeros(self.tile[0] * self.tile[1], np.uint16)
+        out = np.zeros(self.tile[0] << self.col_bits, np.uint16)
         v = (w >> 16).astype(np.uint16)
         keep = v != 0
         out[(w & 0xFFFF)[keep]] = v[keep]
-        return torch.from_numpy(out.view(np.int16)).view(DTYPES[self.dtype]).float().numpy().reshape(self.tile)
+        dense = torch.from_numpy(out.view(np.int16)).view(DTYPES[self.dtype]).float().numpy()
+        return dense.reshape(self.tile[0], -1)[:, :self.tile[1]].copy()
 
 
-def encode(weight: torch.Tensor, *, tile: tuple[int, int] = DEFAULT_TILE, pad: int = DEFAULT_PAD) -> TiledCSL:
-    """Return `weight` (a 2-D bf16 or fp16 tensor) in Tiled-CSL; zeros (+0.0 and -0.0) are dropped."""
+def encode(weight: torch.Tensor, *, tile: tuple[int, int] | None = None, pad: int = DEFAULT_PAD) -> TiledCSL:
+    """Return `weight` (a 2-D bf16 or fp16 tensor) in Tiled-CSL; zeros (+0.0 and -0.0) are dropped.
+
+    `tile` defaults to :func:`auto_tile` (8 rows, equal column tiles of at most 8192).
+    """
     if not isinstance(weight, torch.Tensor):
         raise bad_value("weight", type(weight).__name__, "a torch.Tensor")
     name = _torch_dtype_name(weight.dtype)
@@ -124,7 +148,7 @@ def encode(weight: torch.Tensor, *, tile: tuple[int, int] = DEFAULT_TILE, pad: i
         raise bad_value("weight.dtype", weight.dtype, "torch.bfloat16 or torch.float16")
     if weight.dim() != 2 or weight.shape[0] < 1 or weight.shape[1] < 1:
         raise bad_value("weight.shape", tuple(weight.shape), "a non-empty 2-D shape (M, K)")
-    tr, tc = check_tile(tile)
+    tr, tc = check_tile(auto_tile(int(weight.shape[1])) if tile is None else tile)
     if not (isinstance(pad, int) and pad >= 1 and (pad & (pad - 1)) == 0 and pad <= 64):
         raise bad_value("pad", pad, "a power of two from 1 to 64")
     m, k = weight.shape
@@ -222,7 +246,7 @@ def _scatter_bits(words, tile_offsets, tr, tc, gc, out):
             v = w >> np.uint32(16)
             if v != 0:
                 loc = w & np.uint32(0xFFFF)
-                out[r0 + (loc >> cbits), c0 + (loc & (tc - 1))] = np.uint16(v)
+                out[r0 + (loc >> cbits), c0 + (loc & ((1 << cbits) - 1))] = np.uint16(v)
 
 
 @njit(cache=True)
@@ -235,5 +259,5 @@ def _tile_true_counts(words, tile_offsets, counts):
         counts[t] = n
 
 
-__all__ = ["DTYPES", "DEFAULT_TILE", "DEFAULT_PAD", "TiledCSL", "encode", "decode", "check_tile",
+__all__ = ["DTYPES", "DEFAULT_TILE", "DEFAULT_PAD", "TiledCSL", "encode", "decode", "check_tile", "auto_tile",
            "byte_bound_speedup"]
