@@ -110,6 +110,7 @@ class JaggedBatch:
     dense: np.ndarray  # float32 [B, n_dense]
     labels: np.ndarray  # float32 [B]
     offsets: np.ndarray = field(init=False, repr=False)
+    _single_hot: bool | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         self.values = np.ascontiguousarray(self.values, dtype=np.int64)
@@ -127,6 +128,13 @@ class JaggedBatch:
     @property
     def batch_size(self) -> int:
         return int(self.labels.shape[0])
+
+    @property
+    def single_hot(self) -> bool:
+        """True when every (field, sample) bag holds exactly one id (then ids of field f sit at f*B + b)."""
+        if self._single_hot is None:
+            self._single_hot = bool(self.lengths.size == self.values.size and (self.lengths == 1).all())
+        return self._single_hot
 
     @property
     def n_fields(self) -> int:

@@ -22,17 +22,35 @@ from labkit.core.errors import check_range
 from labkit.recsys.data import JaggedBatch
 
 
+def _one_numba_thread() -> None:
+    import numba
+    numba.set_num_threads(1)  # thread-local in numba: only the worker's kernels are affected
+
+
 class Interleaver:
     """Runs training steps with micro-batches overlapped on one worker thread."""
 
-    def __init__(self, micro_batches: int = 4) -> None:
+    def __init__(self, micro_batches: int = 4, *, pipeline_threads: bool = True) -> None:
         self.micro_batches = check_range("micro_batches", micro_batches, 1, 1024, integer=True)
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="picasso-emb")
-        self.overlap_s = 0.0
+        self.pipeline_threads = pipeline_threads
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="picasso-emb",
+                                        initializer=_one_numba_thread if pipeline_threads else None)
 
     def step(self, model, batch: JaggedBatch) -> float:
         """One interleaved training step of `model` (a :class:`RecModel`) on `batch`; returns the loss."""
         stage, n = model.embeddings, min(self.micro_batches, batch.batch_size)
+        # The two pipeline threads are the parallelism now: intra-op threads on top of them
+        # would only oversubscribe the cores (and OpenMP barriers then wait on descheduled threads).
+        saved = torch.get_num_threads()
+        if self.pipeline_threads:
+            torch.set_num_threads(1)
+        try:
+            return self._step(model, stage, batch, n)
+        finally:
+            if self.pipeline_threads:
+                torch.set_num_threads(saved)
+
+    def _step(self, model, stage, batch: JaggedBatch, n: int) -> float:
         micro = batch.split(n)
         lookups: list[Future] = [self._pool.submit(stage.lookup, mb) for mb in micro]
         per_micro_update = not stage.packed or stage.optimizer == "sgd"

@@ -16,14 +16,13 @@ OPTIMIZERS = {"sgd": SGD, "adagrad": ADAGRAD, "rowwise_adagrad": ROWWISE_ADAGRAD
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def pooled_lookup(weights, slot, cache_w, use_cache, feature, row_off, offsets, values, batch,
+def pooled_lookup(weights, dim, slot, cache_w, use_cache, feature, row_off, offsets, values, batch,
                   mean, out, col0, hits, lookups, n_chunks):
     """Write the pooled rows of each table of a group into out[:, col0 + k*D : col0 + (k+1)*D].
 
     Work is split into `n_chunks` runs of consecutive tables; each walks the batch sample by
     sample, so it writes one contiguous stretch of each output row (no strided column sweeps).
     """
-    dim = weights.shape[1]
     n_tab = feature.shape[0]
     n_chunks = max(1, min(n_chunks, n_tab))
     for c in prange(n_chunks):
@@ -36,12 +35,6 @@ def pooled_lookup(weights, slot, cache_w, use_cache, feature, row_off, offsets, 
                 c0 = col0 + k * dim
                 s = offsets[f * batch + b]
                 e = offsets[f * batch + b + 1]
-                if e - s == 1 and not use_cache:
-                    # single-hot: a plain row copy, the common case worth a branch-free loop
-                    r = base + values[s]
-                    for d in range(dim):
-                        out[b, c0 + d] = weights[r, d]
-                    continue
                 for d in range(dim):
                     out[b, c0 + d] = 0.0
                 for j in range(s, e):
@@ -64,7 +57,7 @@ def pooled_lookup(weights, slot, cache_w, use_cache, feature, row_off, offsets, 
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def fused_backward_update(weights, state, slot, cache_w, cache_s, use_cache, feature, row_off, offsets,
+def fused_backward_update(weights, dim, state, slot, cache_w, cache_s, use_cache, feature, row_off, offsets,
                           values, batch, mean, grad, col0, opt, lr, eps, mark, n_chunks):
     """Apply the optimizer to every row a group's lookup touched, from the output gradient `grad`.
 
@@ -73,7 +66,6 @@ def fused_backward_update(weights, state, slot, cache_w, cache_s, use_cache, fea
     the dense weight gradient, for checking). `mark` is an all -1 scratch of one entry per row.
     Threads own disjoint runs of tables, hence disjoint rows: no two threads update one row.
     """
-    dim = weights.shape[1]
     n_tab = feature.shape[0]
     n_chunks = max(1, min(n_chunks, n_tab))
     for c in prange(n_chunks):
@@ -154,6 +146,38 @@ def fused_backward_update(weights, state, slot, cache_w, cache_s, use_cache, fea
                 den = np.sqrt(st[0]) + eps
                 for d in range(dim):
                     w[d] -= lr * acc[u, d] / den
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def single_hot_lookup(weights, dim, feature, row_off, values, batch, out, col0, n_chunks):
+    """:func:`pooled_lookup` for a batch whose every bag holds one id (ids of field f at f*B + b)."""
+    n_tab = feature.shape[0]
+    n_chunks = max(1, min(n_chunks, n_tab))
+    for c in prange(n_chunks):
+        k0 = c * n_tab // n_chunks
+        k1 = (c + 1) * n_tab // n_chunks
+        for b in range(batch):
+            for k in range(k0, k1):
+                r = row_off[k] + values[feature[k] * batch + b]
+                c0 = col0 + k * dim
+                for d in range(dim):
+                    out[b, c0 + d] = weights[r, d]
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def single_hot_sgd(weights, dim, feature, row_off, values, batch, grad, col0, lr, n_chunks):
+    """Fused backward + SGD for a single-hot batch: w[row] -= lr * g, straight from the output gradient."""
+    n_tab = feature.shape[0]
+    n_chunks = max(1, min(n_chunks, n_tab))
+    for c in prange(n_chunks):
+        k0 = c * n_tab // n_chunks
+        k1 = (c + 1) * n_tab // n_chunks
+        for b in range(batch):
+            for k in range(k0, k1):
+                r = row_off[k] + values[feature[k] * batch + b]
+                c0 = col0 + k * dim
+                for d in range(dim):
+                    weights[r, d] -= lr * grad[b, c0 + d]
 
 
 @njit(parallel=True, nogil=True, cache=True)

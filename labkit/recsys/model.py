@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -160,11 +159,3 @@ def count_ops(step, *, steps: int = 1) -> dict:
             kern += 1
     return {"ops": (aten + kern) / steps, "aten_ops": aten / steps, "top_level_ops": (top + kern) / steps,
             "kernels": kern / steps}
-
-
-def lookups_per_step(model: RecModel) -> int:
-    return int(model.embeddings.n_lookups)
-
-
-def as_numpy(x) -> np.ndarray:
-    return x.detach().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)

@@ -150,12 +150,13 @@ class DenseArch(nn.Module):
         g = torch.Generator().manual_seed(seed)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=g)))
-            if kind == "wide_deep":
+            if kind in ("wide_deep", "deepfm"):
                 self.wide_dense = nn.Linear(n_dense, 1)
-                self.deep = mlp([self.deep_width + n_dense, *hidden, 1])
-            elif kind == "deepfm":
-                self.wide_dense = nn.Linear(n_dense, 1)
-                self.deep = mlp([self.deep_width + n_dense, *hidden, 1])
+                # The deep MLP's first layer on [embeddings, dense] is split in two Linears summed:
+                # the same function without materialising the concatenation (forward or backward).
+                self.deep_in = nn.Linear(self.deep_width, hidden[0])
+                self.dense_in = nn.Linear(n_dense, hidden[0], bias=False)
+                self.deep = mlp([hidden[0], *hidden[1:], 1])
             else:
                 self.bottom = mlp([n_dense, 64, self.dim], last_act=True)
                 f1 = self.n_fields + 1
@@ -165,18 +166,18 @@ class DenseArch(nn.Module):
     def forward(self, emb: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
         """Return logits ``[B]``."""
         w = self.n_wide
-        deep = emb[:, w:]
-        if self.kind == "wide_deep":
-            return (emb[:, :w].sum(1) + self.wide_dense(dense).squeeze(1)
-                    + self.deep(torch.cat([deep, dense], 1)).squeeze(1))
-        if self.kind == "deepfm":
-            e = deep.reshape(emb.shape[0], self.n_fields, self.dim)
-            s = e.sum(1)
-            fm = 0.5 * (s * s - (e * e).sum(1)).sum(1)
-            return (emb[:, :w].sum(1) + self.wide_dense(dense).squeeze(1) + fm
-                    + self.deep(torch.cat([deep, dense], 1)).squeeze(1))
+        if w:
+            # one split (its backward is one cat) rather than two slices (two zero-filled grads)
+            wide, deep = torch.split(emb, [w, emb.shape[1] - w], 1)
+            h = torch.relu(self.deep_in(deep) + self.dense_in(dense))
+            logit = wide.sum(1) + self.wide_dense(dense).squeeze(1) + self.deep(h).squeeze(1)
+            if self.kind == "deepfm":
+                e = deep.reshape(emb.shape[0], self.n_fields, self.dim)
+                s = e.sum(1)
+                logit = logit + 0.5 * (s * s - (e * e).sum(1)).sum(1)
+            return logit
         x = self.bottom(dense)
-        z = torch.cat([x[:, None, :], deep.reshape(emb.shape[0], self.n_fields, self.dim)], 1)
+        z = torch.cat([x[:, None, :], emb.reshape(emb.shape[0], self.n_fields, self.dim)], 1)
         dots = torch.bmm(z, z.transpose(1, 2))[:, self.tri[0], self.tri[1]]
         return self.top(torch.cat([x, dots], 1)).squeeze(1)
 

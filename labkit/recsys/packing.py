@@ -8,6 +8,8 @@ already concatenated (no per-field ``cat``), and the backward pass is fused with
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -22,15 +24,28 @@ from labkit.recsys.data import JaggedBatch
 from labkit.recsys.tables import Table, column_offsets, init_table, plan_groups
 
 
+_HUGE = 2 << 20
+
+
 def aligned_empty(shape: tuple[int, int], align: int = 64) -> np.ndarray:
     """Return an uninitialised float32 array whose rows start on `align`-byte boundaries.
 
-    A 16-float row then fills exactly one cache line instead of straddling two.
+    A 16-float row then fills exactly one cache line instead of straddling two. Tables of 32 MiB
+    or more are mapped on 2 MiB boundaries and advised to use huge pages, since random row
+    reads over hundreds of MiB otherwise miss the TLB on almost every lookup.
     """
-    n = int(np.prod(shape))
-    buf = np.empty(n * 4 + align, np.uint8)
+    n = int(np.prod(shape)) * 4
+    if n >= 16 * _HUGE and hasattr(mmap, "MADV_HUGEPAGE"):
+        size = -(-n // _HUGE) * _HUGE
+        m = mmap.mmap(-1, size + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        raw = np.frombuffer(m, np.uint8)
+        off = (-raw.ctypes.data) % _HUGE
+        with contextlib.suppress(OSError):
+            m.madvise(mmap.MADV_HUGEPAGE, off, size)
+        return raw[off:off + n].view(np.float32).reshape(shape)
+    buf = np.empty(n + align, np.uint8)
     off = (-buf.ctypes.data) % align
-    return buf[off:off + n * 4].view(np.float32).reshape(shape)
+    return buf[off:off + n].view(np.float32).reshape(shape)
 
 
 def _state_dim(optimizer: str, dim: int) -> int:
@@ -79,6 +94,8 @@ class PackedEmbeddings:
         self.tables = list(tables)
         self.optimizer, self.lr, self.eps = optimizer, float(lr), float(eps)
         self._opt = kernels.OPTIMIZERS[optimizer]
+        # float32 like the tables (and like torch's float32 optimizer arithmetic)
+        self._lr32, self._eps32 = np.float32(lr), np.float32(eps)
         self.slow_tier = slow_tier
         cols = column_offsets(self.tables)
         self.width = sum(t.dim for t in self.tables)
@@ -118,7 +135,11 @@ class PackedEmbeddings:
         for g in self.groups:
             slot, cw, _, use = self._cache_args(g)
             with torch.profiler.record_function("picasso::packed_lookup"):
-                kernels.pooled_lookup(g.weights, slot, cw, use, g.feature, g.row_off, batch.offsets,
+                if batch.single_hot and not use:
+                    kernels.single_hot_lookup(g.weights, g.dim, g.feature, g.row_off, batch.values,
+                                              batch.batch_size, out, g.col0, self.chunks)
+                    continue
+                kernels.pooled_lookup(g.weights, g.dim, slot, cw, use, g.feature, g.row_off, batch.offsets,
                                       batch.values, batch.batch_size, g.mean, out, g.col0, self.hits, self.lookups,
                                       self.chunks)
         return torch.from_numpy(out)
@@ -137,9 +158,13 @@ class PackedEmbeddings:
             if states is not None:
                 use = False  # gradients are taken against the slow tier's row numbering
             with torch.profiler.record_function("picasso::fused_backward_update"):
-                kernels.fused_backward_update(g.weights, st, slot, cw, cs, use, g.feature, g.row_off,
+                if opt == kernels.SGD and batch.single_hot and not use:
+                    kernels.single_hot_sgd(g.weights, g.dim, g.feature, g.row_off, batch.values, batch.batch_size,
+                                           g_np, g.col0, self._lr32, self.chunks)
+                    continue
+                kernels.fused_backward_update(g.weights, g.dim, st, slot, cw, cs, use, g.feature, g.row_off,
                                               batch.offsets, batch.values, batch.batch_size, g.mean, g_np,
-                                              g.col0, opt, self.lr, self.eps, g.mark, self.chunks)
+                                              g.col0, opt, self._lr32, self._eps32, g.mark, self.chunks)
 
     def weight_gradients(self, batch: JaggedBatch, grad: torch.Tensor) -> list[np.ndarray]:
         """Return the dense gradient of each table's rows for output gradient `grad` (no update)."""
