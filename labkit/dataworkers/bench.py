@@ -36,12 +36,12 @@ CLAIMS = [
 ]
 
 SIZES = {
-    "ci": {"dataset": "ci", "batch_size": 8, "sweep": (1, 2), "autoscale_s": 4.0, "tail_s": 1.0, "repeats": 2, "sweep_repeats": 1,
+    "ci": {"dataset": "ci", "batch_size": 8, "sweep": (1, 2), "autoscale_s": 4.0, "tail_s": 1.0, "repeats": 2, "sweep_repeats": 1, "ctr_batches": 8,
            "sim_jobs": 60, "fault_epochs": 1, "kills": 2, "window_s": 0.5},
     "small": {"dataset": "small", "batch_size": 32, "sweep": (1, 2, 3, 4), "autoscale_s": 30.0, "tail_s": 4.0,
-              "repeats": 5, "sweep_repeats": 3, "sim_jobs": 400, "fault_epochs": 2, "kills": 4, "window_s": 1.5},
+              "repeats": 5, "sweep_repeats": 3, "ctr_batches": 64, "sim_jobs": 400, "fault_epochs": 2, "kills": 4, "window_s": 1.5},
     "large": {"dataset": "large", "batch_size": 64, "sweep": (1, 2, 3, 4, 6, 8), "autoscale_s": 30.0, "tail_s": 4.0,
-              "repeats": 7, "sweep_repeats": 3, "sim_jobs": 1000, "fault_epochs": 2, "kills": 8, "window_s": 2.0},
+              "repeats": 7, "sweep_repeats": 3, "ctr_batches": 256, "sim_jobs": 1000, "fault_epochs": 2, "kills": 8, "window_s": 2.0},
 }
 
 
@@ -90,7 +90,7 @@ def bench(b: Bench) -> None:
     from labkit.dataworkers.simulator import Cluster, compare
     from labkit.dataworkers.trainer import Trainer, run
     from labkit.dataworkers.workers import ProcessWorkerPool
-    from labkit.dataworkers.workloads import image_program
+    from labkit.dataworkers.workloads import ctr_program, image_program
 
     s = SIZES[b.profile]
     program = image_program(s["dataset"], batch_size=s["batch_size"])
@@ -184,6 +184,9 @@ def bench(b: Bench) -> None:
         b.record("best_dataloader_num_workers", best_dl)
         b.record("best_static_workers", best_st)
         b.record("workers_during_compare", pool.target)
+        b.record("goldminer_speculative_copies", pool.stats.speculative)
+        b.record("goldminer_duplicates_dropped", pool.stats.duplicates_dropped)
+        b.record("static_best_speculative_copies", st_pool.stats.speculative)
     finally:
         pool.close()
         st_pool.close()
@@ -194,6 +197,19 @@ def bench(b: Bench) -> None:
     m2 = run(mt, monolithic_batches(program, next(epoch))).throughput
     b.record("monolithic_2threads_batches_per_s", m2)
     b.record("goldminer_vs_monolithic_2threads", c.throughput("goldminer_autoscaled") / m2)
+
+    # The second workload: CTR feature transforms (string hashing, bucketising, crosses) in collate.
+    ctr = ctr_program(s["dataset"], batch_size=256)
+    ctr_mono = Trainer(copy.deepcopy(ctr.model), ctr.loss_fn, ctr.lr)
+    ctr_split = extract(ctr)
+    ctr_tr = Trainer(ctr_split.trainer_model, ctr.loss_fn, ctr.lr)
+    ctr_batches = min(len(ctr.batches(0)), s["ctr_batches"])
+    with ProcessWorkerPool(ctr_split.stateless, workers=2, max_workers=2) as ctr_pool:
+        cc = b.compare(f"CTR epoch part ({ctr_batches} batches of 256)", {
+            "ctr_monolithic": lambda: run(ctr_mono, monolithic_batches(ctr, next(epoch), ctr_batches)),
+            "ctr_goldminer_2workers": lambda: run(ctr_tr, ctr_pool.stream(ctr.batches(next(epoch), ctr_batches))),
+        }, repeats=max(2, s["repeats"] - 2), warmup=1, work=ctr_batches, work_unit="batch")
+    b.record("ctr_speedup_monolithic", cc.ratio("ctr_monolithic", "ctr_goldminer_2workers"))
 
     fr = fault_run(split, program, epochs=s["fault_epochs"], kills=s["kills"])
     b.measure("dw.lost_batches", fr["lost"])

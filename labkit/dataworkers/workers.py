@@ -42,6 +42,7 @@ class PoolStats:
     delivered: int = 0
     reissued: int = 0
     duplicates_dropped: int = 0
+    stale_dropped: int = 0
     speculative: int = 0
     worker_deaths: int = 0
     respawned: int = 0
@@ -101,7 +102,8 @@ class _Worker:
         self.wid, self.proc, self.conn = wid, proc, conn
         self.inflight: dict[int, tuple[str | None, float]] = {}  # seq -> (slot, issued at)
         self.retiring = False
-        self.started = time.perf_counter()
+        self.stop_sent = False
+        self.last_reply = time.perf_counter()
 
 
 _LIVE_POOLS: "weakref.WeakSet[ProcessWorkerPool]" = weakref.WeakSet()
@@ -248,6 +250,7 @@ class ProcessWorkerPool:
         def on_message(w: _Worker, msg: tuple) -> None:
             kind, seq, slot, payload, dt = msg
             w.inflight.pop(seq, None)
+            w.last_reply = time.perf_counter()
             pw = self.stats.per_worker.setdefault(w.wid, {"batches": 0, "busy_s": 0.0})
             pw["batches"] += 1
             pw["busy_s"] += dt
@@ -274,7 +277,9 @@ class ProcessWorkerPool:
                 self.stats.inline += 1
                 self.slots.grow(need)
                 batch = unflatten(layout, arrays) if not dup else None
-            if dup:
+            if dup and seq < base:
+                self.stats.stale_dropped += 1  # left over from a stream the trainer closed early
+            elif dup:
                 self.stats.duplicates_dropped += 1
             else:
                 ready[seq] = batch
@@ -312,8 +317,10 @@ class ProcessWorkerPool:
             holder = next((w for w in self._workers.values() if head in w.inflight), None)
             if holder is None:
                 return
-            age = time.perf_counter() - holder.inflight[head][1]
-            if age < max(0.05, self.straggler_factor * self._ewma_task_s):
+            # Judge the worker, not the batch: a batch queued behind others on a healthy worker is
+            # old but not late; a worker that has not replied for several batch times is slow.
+            silent = time.perf_counter() - max(holder.last_reply, holder.inflight[head][1])
+            if silent < max(0.05, self.straggler_factor * self._ewma_task_s):
                 return
             others = [w for w in self._workers.values() if w is not holder and not w.retiring
                       and w.proc.is_alive() and len(w.inflight) <= self.depth]
@@ -422,7 +429,8 @@ class ProcessWorkerPool:
                 for w in sorted(alive_active, key=lambda x: len(x.inflight))[:len(alive_active) - self._target]:
                     w.retiring = True
             for w in list(self._workers.values()):
-                if w.retiring and not w.inflight and w.proc.is_alive():
+                if w.retiring and not w.inflight and not w.stop_sent and w.proc.is_alive():
+                    w.stop_sent = True
                     with contextlib.suppress(OSError, BrokenPipeError):
                         w.conn.send(None)
 
