@@ -394,6 +394,11 @@ class DiskModel:
         """Predicted seconds for `requests` requests moving `nbytes` bytes."""
         return requests * self.seconds_per_request + nbytes / self.bytes_per_second
 
+    def scaled(self, factor: float) -> "DiskModel":
+        """Return this model with every plan `factor` times slower (calibration to a workload)."""
+        factor = max(1e-3, float(factor))
+        return DiskModel(self.seconds_per_request * factor, self.bytes_per_second / factor)
+
     @property
     def break_even_gap(self) -> int:
         """Largest gap (pages) that is cheaper to read through than to skip with a new request."""

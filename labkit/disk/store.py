@@ -61,6 +61,7 @@ class IOPolicy:
     mode: str = "auto"
     model: DiskModel = field(default_factory=DiskModel)
     choices: dict = field(default_factory=dict)
+    predicted: float = 0.0  # model seconds of the plans chosen (auto mode), to calibrate against
 
     def __post_init__(self) -> None:
         check_choice("mode", self.mode, MODES)
@@ -75,7 +76,8 @@ class IOPolicy:
             g, mode = SWEEP, "sweep"
         else:
             pages = extent_pages(starts, lengths, PAGE)
-            g, _, mode = self.model.best_gap(pages, f.max_request, f.sweep_request)
+            g, t, mode = self.model.best_gap(pages, f.max_request, f.sweep_request)
+            self.predicted += t
         self.choices[mode] = self.choices.get(mode, 0) + 1
         return g
 

@@ -52,7 +52,7 @@ class Presampled:
 
 
 def presample(ds: Dataset, cfg: ModelConfig, seeds: list[np.ndarray], budget: MemoryBudget, *,
-              seed: int = 0, train_batches: int = 1, fallback: bool = False) -> Presampled:
+              seed: int = 0, train_batches: int = 2, fallback: bool = False) -> Presampled:
     """Sample `seeds` from disk (no caches), count accesses, fit the disk models, time each stage."""
     t0 = time.perf_counter()
     labels = ds.array("labels", mmap=False)
@@ -82,6 +82,11 @@ def presample(ds: Dataset, cfg: ModelConfig, seeds: list[np.ndarray], budget: Me
         t_train = (time.perf_counter() - a) / len(xs)
         # Issuing a read costs CPU (Python loop, syscall, copy-out); at this scale the engine is
         # CPU-bound, so the measured time per request at full queue depth is taken as its CPU.
+        # Calibrate: the micro-benchmark fit says what the disk can do; the pre-sampled reads say
+        # what this workload's reads actually cost (threads, copies, a busy machine).
+        tcal = topo.file.counters.seconds / topo.policy.predicted if topo.policy.predicted > 0 else 1.0
+        fcal = feat.file.counters.seconds / feat.policy.predicted if feat.policy.predicted > 0 else 1.0
+        tdisk, fdisk = tdisk.scaled(tcal), fdisk.scaled(fcal)
         prof = StageProfile(max(0.0, t_sample) / max(1, len(batches) - 1), max(0.0, t_gather) / max(1, rows), t_train,
                             tdisk, fdisk, cores=machine_cores(),
                             request_cpu=min(tdisk.seconds_per_request, fdisk.seconds_per_request))
