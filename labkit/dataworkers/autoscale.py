@@ -43,6 +43,8 @@ class Autoscaler:
     stall_hi: float = 0.05
     stall_lo: float = 0.01
     drift: float = 0.4
+    probe_windows: int = 2
+    reprobe_windows: int = 10
     history: list[Window] = field(default_factory=list)
     clock: Callable[[], float] = time.perf_counter
 
@@ -61,6 +63,8 @@ class Autoscaler:
         self._settled_rate: float | None = None
         self.settled_at: float | None = None
         self._drifted = 0
+        self._here: list[float] = []  # rates measured at the current count
+        self._probe_rates: list[float] = []
 
     def set_budget(self, cpus: int) -> None:
         """Change the CPU budget (most workers allowed); a raised budget is explored again."""
@@ -100,6 +104,8 @@ class Autoscaler:
         self.history.append(Window(now - self._t0, self.workers, rate, stall, depth, action))
         # A new worker needs a moment to start: do not judge it on its first batches.
         self._reset_window(now + (self.warmup_s if action in ("add", "remove", "revert") else 0.0))
+        if action in ("add", "remove"):
+            self._here = []
 
     def _set(self, n: int) -> None:
         self.pool.set_target(int(n))
@@ -108,21 +114,29 @@ class Autoscaler:
         w = self.workers
         if self._probe is not None:
             direction, before, r0 = self._probe
-            self._probe = None
+            self._probe_rates.append(rate)
+            if len(self._probe_rates) < self.probe_windows:
+                return "probe"
+            r = sum(self._probe_rates) / len(self._probe_rates)
+            self._probe, self._probe_rates = None, []
+            self._here = [r]
             if direction == "up":
-                if rate >= r0 * (1 + self.gain):
-                    return self._maybe_grow(w, rate, stall) or "keep"
+                if r >= r0 * (1 + self.gain):
+                    return self._maybe_grow(w, r, stall) or "keep"
                 self._ceiling = w - 1
                 self._set(before)
                 self._settle(r0)
+                self._here = [r0]
                 return "revert"
-            if rate >= r0 * (1 - self.gain / 2):
-                self._settle(rate)
+            if r >= r0 * (1 - self.gain / 2):
+                self._settle(r)
                 return "keep"
             self._floor = before
             self._set(before)
             self._settle(r0)
+            self._here = [r0]
             return "revert"
+        self._here.append(rate)
         if self._settled_rate is not None and abs(rate - self._settled_rate) > self.drift * self._settled_rate:
             self._drifted += 1
         else:
@@ -130,20 +144,32 @@ class Autoscaler:
         if self._drifted >= 4:
             # Four windows in a row far from the settled rate: the job or the machine changed.
             self._ceiling, self._floor, self._settled_rate, self._drifted = self.max_workers, self.min_workers, None, 0
+        if (stall > self.stall_hi and w == self._ceiling < self.max_workers
+                and len(self._here) >= self.reprobe_windows):
+            # Still stalling long after a failed step up: one noisy window may have misled us, retry.
+            self._ceiling = w + 1
         grown = self._maybe_grow(w, rate, stall)
         if grown:
             return grown
         if stall < self.stall_lo and depth >= 1.0 and w > self._floor:
-            self._probe = ("down", w, rate)
+            self._start_probe("down", w)
             self._set(w - 1)
             return "remove"
         if self._settled_rate is None:
             self._settle(rate)
         return "hold"
 
+    def _start_probe(self, direction: str, w: int) -> None:
+        # Judge a step against the recent mean at the old count, not one window: noise is +-20% here.
+        recent = self._here[-3:]
+        self._probe = (direction, w, sum(recent) / len(recent))
+        self._probe_rates = []
+
     def _maybe_grow(self, w: int, rate: float, stall: float) -> str:
         if stall > self.stall_hi and w < self._ceiling:
-            self._probe = ("up", w, rate)
+            if not self._here:
+                self._here = [rate]
+            self._start_probe("up", w)
             self._set(w + 1)
             return "add"
         if stall <= self.stall_hi:

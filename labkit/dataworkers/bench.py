@@ -36,12 +36,15 @@ CLAIMS = [
 ]
 
 SIZES = {
-    "ci": {"dataset": "ci", "batch_size": 8, "sweep": (1, 2), "autoscale_s": 4.0, "tail_s": 1.0, "repeats": 2, "sweep_repeats": 1, "ctr_batches": 8,
-           "sim_jobs": 60, "fault_epochs": 1, "kills": 2, "window_s": 0.5},
-    "small": {"dataset": "small", "batch_size": 32, "sweep": (1, 2, 3, 4), "autoscale_s": 30.0, "tail_s": 4.0,
-              "repeats": 5, "sweep_repeats": 3, "ctr_batches": 64, "sim_jobs": 400, "fault_epochs": 2, "kills": 4, "window_s": 1.5},
-    "large": {"dataset": "large", "batch_size": 64, "sweep": (1, 2, 3, 4, 6, 8), "autoscale_s": 30.0, "tail_s": 4.0,
-              "repeats": 7, "sweep_repeats": 3, "ctr_batches": 256, "sim_jobs": 1000, "fault_epochs": 2, "kills": 8, "window_s": 2.0},
+    "ci": {"dataset": "ci", "batch_size": 8, "sweep": (1, 2), "sweep_repeats": 1, "autoscale_s": 4.0,
+           "tail_s": 1.0, "window_s": 0.5, "repeats": 2, "ctr_batches": 8, "fault_epochs": 1, "kills": 2,
+           "sim_jobs": 60},
+    "small": {"dataset": "small", "batch_size": 32, "sweep": (1, 2, 3, 4), "sweep_repeats": 3, "autoscale_s": 30.0,
+              "tail_s": 4.0, "window_s": 1.5, "repeats": 5, "ctr_batches": 64, "fault_epochs": 2, "kills": 4,
+              "sim_jobs": 400},
+    "large": {"dataset": "large", "batch_size": 64, "sweep": (1, 2, 3, 4, 6, 8), "sweep_repeats": 3,
+              "autoscale_s": 30.0, "tail_s": 4.0, "window_s": 2.0, "repeats": 7, "ctr_batches": 256,
+              "fault_epochs": 2, "kills": 8, "sim_jobs": 1000},
 }
 
 

@@ -63,3 +63,26 @@ def test_rescales_when_the_job_changes():
 def test_bad_arguments():
     with pytest.raises(ValueError, match="max_workers=0 is not accepted"):
         Autoscaler(FakeJob(1, 1), max_workers=0)
+
+
+def test_a_step_judged_on_a_noisy_window_is_retried():
+    class Sabotaged(FakeJob):
+        """The first time it runs 3 workers, a noisy neighbour halves the rate for a few seconds."""
+
+        def drive(self, scaler, seconds):
+            self.first3 = getattr(self, "first3", None)
+            while self.t < seconds:
+                if self.target == 3 and self.first3 is None:
+                    self.first3 = self.t
+                noisy = self.first3 is not None and self.t - self.first3 < 4.0
+                rate = min(self.target * self.per_worker, self.trainer) * (0.5 if noisy else 1.0)
+                step = 1.0 / self.trainer
+                self.t += 1.0 / rate
+                scaler.on_step(1.0 / rate - step, step)
+
+    job = Sabotaged(10, 25)
+    s = Autoscaler(job, max_workers=8, window_s=1.0, clock=job.clock)
+    job.drive(s, 12.0)
+    assert job.target == 2 and any(h.action == "revert" for h in s.history)
+    job.drive(s, 40.0)
+    assert job.target == 3
