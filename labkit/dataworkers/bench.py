@@ -40,7 +40,7 @@ SIZES = {
            "tail_s": 1.0, "window_s": 0.5, "repeats": 2, "ctr_batches": 8, "fault_epochs": 1, "kills": 2,
            "sim_jobs": 60},
     "small": {"dataset": "small", "batch_size": 32, "sweep": (1, 2, 3, 4), "sweep_repeats": 3, "autoscale_s": 30.0,
-              "tail_s": 4.0, "window_s": 1.5, "repeats": 5, "ctr_batches": 64, "fault_epochs": 2, "kills": 4,
+              "tail_s": 4.0, "window_s": 1.5, "repeats": 7, "ctr_batches": 64, "fault_epochs": 2, "kills": 4,
               "sim_jobs": 400},
     "large": {"dataset": "large", "batch_size": 64, "sweep": (1, 2, 3, 4, 6, 8), "sweep_repeats": 3,
               "autoscale_s": 30.0, "tail_s": 4.0, "window_s": 2.0, "repeats": 7, "ctr_batches": 256,
