@@ -12,6 +12,9 @@ import numpy as np
 from numba import njit, prange
 
 SGD, ADAGRAD, ROWWISE_ADAGRAD, GRAD = 0, 1, 2, 3
+#: Samples per tile. Kernels walk tile by tile, and within a tile table by table: one table's
+#: rows (few TLB entries) against a tile of the output (in L2), instead of every table per sample.
+TILE = 256
 OPTIMIZERS = {"sgd": SGD, "adagrad": ADAGRAD, "rowwise_adagrad": ROWWISE_ADAGRAD}
 
 
@@ -20,36 +23,37 @@ def pooled_lookup(weights, dim, slot, cache_w, use_cache, feature, row_off, offs
                   mean, out, col0, hits, lookups, n_chunks):
     """Write the pooled rows of each table of a group into out[:, col0 + k*D : col0 + (k+1)*D].
 
-    Work is split into `n_chunks` runs of consecutive tables; each walks the batch sample by
-    sample, so it writes one contiguous stretch of each output row (no strided column sweeps).
+    Work is split into `n_chunks` runs of consecutive tables (one per thread); each walks the
+    batch in tiles of :data:`TILE` samples, table by table within a tile.
     """
     n_tab = feature.shape[0]
     n_chunks = max(1, min(n_chunks, n_tab))
     for c in prange(n_chunks):
         k0 = c * n_tab // n_chunks
         k1 = (c + 1) * n_tab // n_chunks
-        for b in range(batch):
+        for b0 in range(0, batch, TILE):
             for k in range(k0, k1):
-                f = feature[k]
-                base = row_off[k]
-                c0 = col0 + k * dim
-                s = offsets[f * batch + b]
-                e = offsets[f * batch + b + 1]
-                for d in range(dim):
-                    out[b, c0 + d] = 0.0
-                for j in range(s, e):
-                    r = base + values[j]
-                    if use_cache and slot[r] >= 0:
-                        src = cache_w[slot[r]]
-                        hits[f] += 1
-                    else:
-                        src = weights[r]
+                for b in range(b0, min(batch, b0 + TILE)):
+                    f = feature[k]
+                    base = row_off[k]
+                    c0 = col0 + k * dim
+                    s = offsets[f * batch + b]
+                    e = offsets[f * batch + b + 1]
                     for d in range(dim):
-                        out[b, c0 + d] += src[d]
-                if mean and e - s > 1:
-                    inv = np.float32(1.0 / (e - s))
-                    for d in range(dim):
-                        out[b, c0 + d] *= inv
+                        out[b, c0 + d] = 0.0
+                    for j in range(s, e):
+                        r = base + values[j]
+                        if use_cache and slot[r] >= 0:
+                            src = cache_w[slot[r]]
+                            hits[f] += 1
+                        else:
+                            src = weights[r]
+                        for d in range(dim):
+                            out[b, c0 + d] += src[d]
+                    if mean and e - s > 1:
+                        inv = np.float32(1.0 / (e - s))
+                        for d in range(dim):
+                            out[b, c0 + d] *= inv
         # lookups counted once per table rather than per id
         for k in range(k0, k1):
             f = feature[k]
@@ -72,24 +76,25 @@ def fused_backward_update(weights, dim, state, slot, cache_w, cache_s, use_cache
         k0 = c * n_tab // n_chunks
         k1 = (c + 1) * n_tab // n_chunks
         if opt == SGD:
-            for b in range(batch):
+            for b0 in range(0, batch, TILE):
                 for k in range(k0, k1):
-                    f = feature[k]
-                    base = row_off[k]
-                    c0 = col0 + k * dim
-                    s = offsets[f * batch + b]
-                    e = offsets[f * batch + b + 1]
-                    sc = lr
-                    if mean and e - s > 1:
-                        sc = lr / (e - s)
-                    for j in range(s, e):
-                        r = base + values[j]
-                        if use_cache and slot[r] >= 0:
-                            w = cache_w[slot[r]]
-                        else:
-                            w = weights[r]
-                        for d in range(dim):
-                            w[d] -= sc * grad[b, c0 + d]
+                    for b in range(b0, min(batch, b0 + TILE)):
+                        f = feature[k]
+                        base = row_off[k]
+                        c0 = col0 + k * dim
+                        s = offsets[f * batch + b]
+                        e = offsets[f * batch + b + 1]
+                        sc = lr
+                        if mean and e - s > 1:
+                            sc = lr / (e - s)
+                        for j in range(s, e):
+                            r = base + values[j]
+                            if use_cache and slot[r] >= 0:
+                                w = cache_w[slot[r]]
+                            else:
+                                w = weights[r]
+                            for d in range(dim):
+                                w[d] -= sc * grad[b, c0 + d]
             continue
         # Sum the gradient of each distinct row first: Adagrad's state must see one g per row.
         nnz = 0
@@ -99,28 +104,29 @@ def fused_backward_update(weights, dim, state, slot, cache_w, cache_s, use_cache
         acc = np.empty((max(nnz, 1), dim), np.float32)
         uniq = np.empty(max(nnz, 1), np.int64)
         nu = 0
-        for b in range(batch):
+        for b0 in range(0, batch, TILE):
             for k in range(k0, k1):
-                f = feature[k]
-                base = row_off[k]
-                c0 = col0 + k * dim
-                s = offsets[f * batch + b]
-                e = offsets[f * batch + b + 1]
-                sc = np.float32(1.0)
-                if mean and e - s > 1:
-                    sc = np.float32(1.0 / (e - s))
-                for j in range(s, e):
-                    r = base + values[j]
-                    u = mark[r]
-                    if u < 0:
-                        u = nu
-                        mark[r] = u
-                        uniq[u] = r
+                for b in range(b0, min(batch, b0 + TILE)):
+                    f = feature[k]
+                    base = row_off[k]
+                    c0 = col0 + k * dim
+                    s = offsets[f * batch + b]
+                    e = offsets[f * batch + b + 1]
+                    sc = np.float32(1.0)
+                    if mean and e - s > 1:
+                        sc = np.float32(1.0 / (e - s))
+                    for j in range(s, e):
+                        r = base + values[j]
+                        u = mark[r]
+                        if u < 0:
+                            u = nu
+                            mark[r] = u
+                            uniq[u] = r
+                            for d in range(dim):
+                                acc[u, d] = 0.0
+                            nu += 1
                         for d in range(dim):
-                            acc[u, d] = 0.0
-                        nu += 1
-                    for d in range(dim):
-                        acc[u, d] += sc * grad[b, c0 + d]
+                            acc[u, d] += sc * grad[b, c0 + d]
         for u in range(nu):
             r = uniq[u]
             mark[r] = -1
@@ -156,12 +162,15 @@ def single_hot_lookup(weights, dim, feature, row_off, values, batch, out, col0, 
     for c in prange(n_chunks):
         k0 = c * n_tab // n_chunks
         k1 = (c + 1) * n_tab // n_chunks
-        for b in range(batch):
+        for b0 in range(0, batch, TILE):
             for k in range(k0, k1):
-                r = row_off[k] + values[feature[k] * batch + b]
+                base = row_off[k]
+                vo = feature[k] * batch
                 c0 = col0 + k * dim
-                for d in range(dim):
-                    out[b, c0 + d] = weights[r, d]
+                for b in range(b0, min(batch, b0 + TILE)):
+                    r = base + values[vo + b]
+                    for d in range(dim):
+                        out[b, c0 + d] = weights[r, d]
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -172,12 +181,15 @@ def single_hot_sgd(weights, dim, feature, row_off, values, batch, grad, col0, lr
     for c in prange(n_chunks):
         k0 = c * n_tab // n_chunks
         k1 = (c + 1) * n_tab // n_chunks
-        for b in range(batch):
+        for b0 in range(0, batch, TILE):
             for k in range(k0, k1):
-                r = row_off[k] + values[feature[k] * batch + b]
+                base = row_off[k]
+                vo = feature[k] * batch
                 c0 = col0 + k * dim
-                for d in range(dim):
-                    weights[r, d] -= lr * grad[b, c0 + d]
+                for b in range(b0, min(batch, b0 + TILE)):
+                    r = base + values[vo + b]
+                    for d in range(dim):
+                        weights[r, d] -= lr * grad[b, c0 + d]
 
 
 @njit(parallel=True, nogil=True, cache=True)
