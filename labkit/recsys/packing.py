@@ -100,7 +100,6 @@ class PackedEmbeddings:
         cols = column_offsets(self.tables)
         self.width = sum(t.dim for t in self.tables)
         self.groups: list[PackedGroup] = []
-        sd = _state_dim(optimizer, 0)
         for gi, idx in enumerate(plan_groups(self.tables, group_by)):
             t0 = self.tables[idx[0]]
             sizes = [self.tables[i].cardinality for i in idx]

@@ -14,7 +14,7 @@ import numpy as np
 from labkit.core.errors import check_choice
 from labkit.recsys.data import FieldSpec
 
-GROUP_BY = ("dim", "field", "none")
+GROUP_BY = ("dim", "field")
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def plan_groups(tables: Sequence[Table], group_by: str = "dim") -> list[list[int
     """Return groups of table indices in canonical order: one group per key ('dim') or per table."""
     check_choice("group_by", group_by, GROUP_BY)
     order = canonical_order(tables)
-    if group_by in ("field", "none"):
+    if group_by == "field":
         return [[i] for i in order]
     groups: list[list[int]] = []
     for i in order:
