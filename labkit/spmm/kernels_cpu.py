@@ -50,45 +50,67 @@ def _u32_as_f32(typingctx, v):
     return sig, codegen
 
 
+@intrinsic
+def _ld(typingctx, arr, idx):
+    """Load arr[idx] (contiguous float32, 0 <= idx < 2**31) with a 32-bit index: LLVM then emits
+    16-lane vgatherdps instead of 8-lane vgatherqps for numba's 64-bit indices."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C"
+            and arr.dtype == types.float32 and isinstance(idx, types.Integer)):
+        return None
+    sig = types.float32(arr, idx)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        i = args[1]
+        if i.type.width != 32:  # callers pass a masked 16-bit location: truncation is exact
+            i = builder.trunc(i, ir.IntType(32))
+        return builder.load(builder.gep(ary.data, [i], inbounds=True))
+    return sig, codegen
+
+
 _HI = np.uint32(0xFFFF0000)
 
 
+# The row loops index a slice of the word stream from 0 and the activations with an unsigned
+# column: numba then emits no negative-index wraparound, so LLVM sees a contiguous word load and
+# a 32-bit-index gather. (Indexing words[p + i] with a signed p made it *gather the words*.)
+
 @njit(fastmath=True, boundscheck=False, inline="always", cache=True)
-def _row_dot1(words, p, c, cmask, x, xo):
+def _row_dot1(wv, cmask, x):
     s = np.float32(0.0)
-    for i in range(p, p + c):
-        w = words[i]
-        s += _u32_as_f32(w & _HI) * x[xo + (w & cmask)]
+    for i in range(wv.shape[0]):
+        w = wv[i]
+        s += _u32_as_f32(w & _HI) * _ld(x, w & cmask)
     return s
 
 
 @njit(fastmath=True, boundscheck=False, inline="always", cache=True)
-def _row_dot2(words, p, c, cmask, x0, x1, xo):
+def _row_dot2(wv, cmask, x0, x1):
     s0 = np.float32(0.0)
     s1 = np.float32(0.0)
-    for i in range(p, p + c):
-        w = words[i]
+    for i in range(wv.shape[0]):
+        w = wv[i]
         v = _u32_as_f32(w & _HI)
-        k = xo + (w & cmask)
-        s0 += v * x0[k]
-        s1 += v * x1[k]
+        k = w & cmask
+        s0 += v * _ld(x0, k)
+        s1 += v * _ld(x1, k)
     return s0, s1
 
 
 @njit(fastmath=True, boundscheck=False, inline="always", cache=True)
-def _row_dot4(words, p, c, cmask, x0, x1, x2, x3, xo):
+def _row_dot4(wv, cmask, x0, x1, x2, x3):
     s0 = np.float32(0.0)
     s1 = np.float32(0.0)
     s2 = np.float32(0.0)
     s3 = np.float32(0.0)
-    for i in range(p, p + c):
-        w = words[i]
+    for i in range(wv.shape[0]):
+        w = wv[i]
         v = _u32_as_f32(w & _HI)
-        k = xo + (w & cmask)
-        s0 += v * x0[k]
-        s1 += v * x1[k]
-        s2 += v * x2[k]
-        s3 += v * x3[k]
+        k = w & cmask
+        s0 += v * _ld(x0, k)
+        s1 += v * _ld(x1, k)
+        s2 += v * _ld(x2, k)
+        s3 += v * _ld(x3, k)
     return s0, s1, s2, s3
 
 
@@ -112,7 +134,7 @@ def _sparse_n1(words, toff, row_nnz, tr, tc, cmask_, gc, xt, y):
                 for r in range(tr):
                     c = np.int64(row_nnz[tile, r])
                     if c:
-                        acc[(g - g0) * tr + r] += _row_dot1(words, p, c, cmask, x, xo)
+                        acc[(g - g0) * tr + r] += _row_dot1(words[p:p + c], cmask, x[xo:])
                         p += c
         for i in range(min(m - g0 * tr, (g1 - g0) * tr)):
             y[g0 * tr + i, 0] = acc[i]
@@ -140,13 +162,14 @@ def _sparse_n24(words, toff, row_nnz, tr, tc, cmask_, gc, xt, y, nb):
                     if c:
                         a = acc[(g - g0) * tr + r]
                         if nb == 4:
-                            s0, s1, s2, s3 = _row_dot4(words, p, c, cmask, xt[0], xt[1], xt[2], xt[3], xo)
+                            s0, s1, s2, s3 = _row_dot4(words[p:p + c], cmask, xt[0, xo:], xt[1, xo:],
+                                                                   xt[2, xo:], xt[3, xo:])
                             a[0] += s0
                             a[1] += s1
                             a[2] += s2
                             a[3] += s3
                         else:
-                            s0, s1 = _row_dot2(words, p, c, cmask, xt[0], xt[1], xo)
+                            s0, s1 = _row_dot2(words[p:p + c], cmask, xt[0, xo:], xt[1, xo:])
                             a[0] += s0
                             a[1] += s1
                         p += c
@@ -179,12 +202,14 @@ def _sparse_nn(words, toff, row_nnz, tr, tc, cmask_, gc, xr, y, nb):
                         continue
                     for j in range(nb):
                         a[j] = 0.0
-                    for i in range(p, p + c):
-                        w = words[i]
+                    wv = words[p:p + c]
+                    xs = xr[xo:]
+                    for i in range(c):
+                        w = wv[i]
                         v = _u32_as_f32(w & _HI)
-                        k = xo + (w & cmask)
+                        k = w & cmask
                         for j in range(nb):
-                            a[j] += v * xr[k, j]
+                            a[j] += v * xs[k, j]
                     row = (g - g0) * tr + r
                     for j in range(nb):
                         acc[row, j] += a[j]
@@ -199,7 +224,8 @@ def _dense_tile(words, toff, row_nnz, tr, tc, cmask_, gc, xr, y, nb):
     """Load as sparse, compute as dense: expand each tile, dense micro-GEMM, re-zero what was written."""
     literally(nb)
     gr = row_nnz.shape[0] // gc
-    m, kdim = y.shape[0], xr.shape[0]
+    m = y.shape[0]
+    kdim = xr.shape[1] if nb == 1 else xr.shape[0]  # nb == 1 takes x as (1, K), else (K, nb)
     nblk = (gr + BLOCK_TILES - 1) // BLOCK_TILES
     for b in prange(nblk):
         g0 = b * BLOCK_TILES
@@ -215,42 +241,69 @@ def _dense_tile(words, toff, row_nnz, tr, tc, cmask_, gc, xr, y, nb):
                 p0, p1 = toff[tile], toff[tile + 1]
                 if p0 == p1:
                     continue
-                for i in range(p0, p1):           # load as sparse: expand the tile
-                    w = words[i]
+                wv = words[p0:p1]
+                for i in range(wv.shape[0]):      # load as sparse: expand the tile
+                    w = wv[i]
                     buf[w & np.uint32(0xFFFF)] += _u32_as_f32(w & _HI)
                 for r in range(tr):               # compute as dense: every FMA, zeros too
-                    base = r * (cmask_ + 1)
+                    brow = buf[r * (cmask_ + 1):r * (cmask_ + 1) + width]
+                    row = (g - g0) * tr + r
                     if nb == 1:
+                        xs = xr[0, xo:xo + width]
                         s = np.float32(0.0)
                         for k in range(width):
-                            s += buf[base + k] * xr[xo + k, 0]
-                        acc[(g - g0) * tr + r, 0] += s
+                            s += brow[k] * xs[k]
+                        acc[row, 0] += s
                     else:
+                        xs2 = xr[xo:xo + width]
                         for j in range(nb):
                             a[j] = 0.0
                         for k in range(width):
-                            v = buf[base + k]
+                            v = brow[k]
+                            xrow = xs2[k]
                             for j in range(nb):
-                                a[j] += v * xr[xo + k, j]
+                                a[j] += v * xrow[j]
                         for j in range(nb):
-                            acc[(g - g0) * tr + r, j] += a[j]
-                for i in range(p0, p1):           # re-zero only what was written
-                    buf[words[i] & np.uint32(0xFFFF)] = 0.0
+                            acc[row, j] += a[j]
+                for i in range(wv.shape[0]):      # re-zero only what was written
+                    buf[wv[i] & np.uint32(0xFFFF)] = 0.0
         for i in range(min(m - g0 * tr, (g1 - g0) * tr)):
             for j in range(nb):
                 y[g0 * tr + i, j] = acc[i, j]
 
 
+_ENTRY: dict = {}
+
+
+def _call_literal(kernel, args: tuple, nb: int) -> None:
+    """Run `kernel(*args, nb)` with nb compiled as a literal, skipping numba's per-call re-typing.
+
+    A literal argument makes the dispatcher re-type every call (tens of ms); after the first
+    call (which compiles or loads from the disk cache) the specialisation's entry point is
+    called directly. The argument types are fixed by `spmm`, so one entry per (kernel, nb).
+    """
+    ep = _ENTRY.get((kernel, nb))
+    if ep is not None:
+        ep(*args, nb)
+        return
+    kernel(*args, nb)
+    want = f"Literal[int]({nb})"
+    for sig, cres in kernel.overloads.items():
+        if str(sig[-1]) == want:
+            _ENTRY[(kernel, nb)] = cres.entry_point
+            break
+
+
 def _run(kind: str, nb: int, w: TiledCSL, xk: np.ndarray, out: np.ndarray) -> None:
     args = (w.words, w.tile_offsets, w.row_nnz, w.tile[0], w.tile[1], (1 << w.col_bits) - 1, w.grid[1], xk, out)
     if kind == "dense_tile":
-        _dense_tile(*args, nb)
+        _call_literal(_dense_tile, args, nb)
     elif nb == 1:
         _sparse_n1(*args)
     elif nb <= 4:
-        _sparse_n24(*args, nb)
+        _call_literal(_sparse_n24, args, nb)
     else:
-        _sparse_nn(*args, nb)
+        _call_literal(_sparse_nn, args, nb)
 
 
 def bucket(n: int) -> int:
@@ -299,7 +352,7 @@ def spmm(w: TiledCSL, x, *, kernel: str = "auto", out: np.ndarray | None = None)
     n = xn.shape[1]
     nb = bucket(n)
     kind = choose_kernel(n) if kernel == "auto" else kernel
-    if kind == "sparse" and nb <= 4:
+    if (kind == "sparse" and nb <= 4) or nb == 1:
         xk = np.zeros((nb, k), np.float32)
         xk[:n] = xn.T
     else:
