@@ -15,6 +15,8 @@ another changes nothing else, which is how the bench and the decoder compare the
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -22,6 +24,12 @@ import torch
 from labkit.core.errors import bad_value, check_choice
 from labkit.spmm.kernels_cpu import KERNELS, spmm
 from labkit.spmm.tiled_csl import TiledCSL, encode
+
+
+def _to_csr(w: torch.Tensor) -> torch.Tensor:
+    with warnings.catch_warnings():  # torch marks sparse CSR "beta" on every conversion
+        warnings.simplefilter("ignore", UserWarning)
+        return w.to_sparse_csr()
 
 
 def _check_weight(weight) -> torch.Tensor:
@@ -58,10 +66,12 @@ class TorchCSR:
 
     def __init__(self, weight: torch.Tensor) -> None:
         w = _check_weight(weight).float()
-        csr = w.to_sparse_csr()
-        self.weight = torch.sparse_csr_tensor(csr.crow_indices().to(torch.int32),
-                                              csr.col_indices().to(torch.int32), csr.values(),
-                                              size=w.shape)
+        csr = _to_csr(w)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            self.weight = torch.sparse_csr_tensor(csr.crow_indices().to(torch.int32),
+                                                  csr.col_indices().to(torch.int32), csr.values(),
+                                                  size=w.shape, check_invariants=False)
         self.shape = tuple(w.shape)
 
     @property
@@ -83,7 +93,7 @@ class ScipyCSR:
 
     def __init__(self, weight: torch.Tensor) -> None:
         w = _check_weight(weight).float()
-        csr = w.to_sparse_csr()
+        csr = _to_csr(w)
         m, k = w.shape
         self.weight = sp.csr_array((csr.values().numpy(), csr.col_indices().numpy().astype(np.int32),
                                     csr.crow_indices().numpy().astype(np.int32)), shape=(m, k))

@@ -1,0 +1,87 @@
+"""Measurements the Flash-LLM notebook shows: this machine's roofline and one-shot SpMM timings."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from labkit.core.bench import Bench, Comparison
+from labkit.core.errors import check_range
+from labkit.spmm.baselines import DenseTorch, TiledCSLMatmul
+from labkit.spmm.prune import check_sparsity, random_sparse
+from labkit.spmm.tiled_csl import TiledCSL, byte_bound_speedup, encode
+
+
+def machine_roofline(mib: int = 256, repeats: int = 3) -> dict:
+    """Return measured memory bandwidth (GB/s, torch sum over `mib` MiB) and fp32/bf16 GEMM FLOP/s.
+
+    A skinny product W (M x K) @ X (K x N) in 16-bit does 2MKN FLOPs over ~2MK bytes, an
+    arithmetic intensity of ~N FLOP/byte; it is memory-bound while N is below the ridge point
+    flops / bandwidth.
+    """
+    check_range("mib", mib, 16, 8192, integer=True)
+    a = torch.ones(mib * 2**20 // 4, dtype=torch.float32)
+    a.sum()
+    t = min(_timed(lambda: a.sum()) for _ in range(repeats))
+    bw = a.numel() * 4 / t
+    del a
+    out = {"bandwidth_GBps": bw / 1e9}
+    for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        x = torch.randn(1024, 1024).to(dt)
+        x @ x
+        t = min(_timed(lambda: x @ x) for _ in range(repeats))
+        out[f"gemm_{name}_GFLOPs"] = 2 * 1024**3 / t / 1e9
+    out["ridge_flop_per_byte_bf16"] = out["gemm_bf16_GFLOPs"] / out["bandwidth_GBps"]
+    out["threads"] = torch.get_num_threads()
+    return out
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def sparse_case(shape: tuple[int, int], sparsity: float, *, seed: int = 0) -> tuple[torch.Tensor, TiledCSL]:
+    """Return a seeded (dense bf16 weight, its Tiled-CSL encoding) pair."""
+    check_sparsity(sparsity)
+    w = random_sparse(shape, sparsity, seed=seed)
+    return w, encode(w)
+
+
+def compare_once(weight: torch.Tensor, enc: TiledCSL, n: int, *, repeats: int = 3,
+                 kernels: tuple[str, ...] = ("sparse", "dense_tile")) -> Comparison:
+    """Time dense bf16 torch against the Tiled-CSL kernels at N columns (interleaved rounds)."""
+    check_range("n", n, 1, 64, integer=True)
+    k = weight.shape[1]
+    x = torch.randn(k, n, generator=torch.Generator().manual_seed(n)).to(torch.bfloat16)
+    if n == 1:
+        x = x[:, 0]
+    ops = {"dense_bf16": DenseTorch(weight)}
+    ops.update({f"tiled_csl_{kn}": TiledCSLMatmul(enc, kernel=kn) for kn in kernels})
+    b = Bench("spmm", "ci", progress=False)
+    return b.compare(f"{weight.shape[0]}x{k} N={n}", {name: (lambda op=op: op(x)) for name, op in ops.items()},
+                     repeats=repeats, warmup=1, work=2.0 * weight.numel() * n, work_unit="dense flop")
+
+
+def summary(c: Comparison, enc: TiledCSL, sparsity: float) -> dict:
+    """Return the numbers a plot shows for one comparison: times, best kernel, speedup, bytes."""
+    m, k = enc.shape
+    best = min((n for n in c.names if n.startswith("tiled_csl")), key=c.median)
+    speed = c.ratio("dense_bf16", best)
+    return {"dense_ms": c.median("dense_bf16") * 1e3,
+            **{f"{n}_ms": c.median(n) * 1e3 for n in c.names if n.startswith("tiled_csl")},
+            "best": best, "speedup": speed, "bound": byte_bound_speedup(sparsity),
+            "roofline_fraction": speed / byte_bound_speedup(sparsity),
+            "dense_MB": 2 * m * k / 2**20, "tiled_csl_MB": enc.nbytes / 2**20}
+
+
+def max_rel_error(enc: TiledCSL, weight: torch.Tensor, n: int = 4, kernel: str = "auto") -> float:
+    """Return max |spmm - float64 reference| / max |reference| on fresh random activations."""
+    from labkit.spmm.kernels_cpu import spmm
+    x = torch.randn(weight.shape[1], n).to(torch.bfloat16)
+    ref = weight.double() @ x.double()
+    got = spmm(enc, x, kernel=kernel)
+    return float(np.abs(got - ref.numpy()).max() / max(1e-30, ref.abs().max().item()))

@@ -1,0 +1,96 @@
+"""Flash-LLM widgets: sparsity and N sliders driving live SpMM timings, a tile picture."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from labkit.spmm import lab
+from labkit.spmm.tiled_csl import TiledCSL
+
+
+def sparsity_explorer(shape: tuple[int, int], n: int = 1, repeats: int = 3, seed: int = 0):
+    """Return ``(view, fig, state)``: a sparsity slider re-timing dense bf16 vs Tiled-CSL at N = n.
+
+    Left bars: milliseconds per product; right bars: MiB of weights each one reads.
+    """
+    import ipywidgets as W
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from labkit.ui.widgets import slider_plot
+
+    fig = go.FigureWidget(make_subplots(rows=1, cols=2, subplot_titles=("time per product (ms)",
+                                                                          "weight bytes read (MiB)")))
+    fig.add_bar(x=["dense_bf16", "tiled_csl_sparse", "tiled_csl_dense_tile"], y=[0, 0, 0], row=1, col=1,
+                name="ms")
+    fig.add_bar(x=["dense_bf16", "tiled_csl"], y=[0, 0], row=1, col=2, name="MiB")
+    fig.update_layout(height=340, showlegend=False)
+    slider = W.FloatSlider(value=0.8, min=0.5, max=0.95, step=0.05, description="sparsity")
+
+    def update(f, v):
+        s = round(v["sparsity"], 2)
+        w, enc = lab.sparse_case(shape, s, seed=seed)
+        c = lab.compare_once(w, enc, n, repeats=repeats)
+        out = lab.summary(c, enc, s)
+        f.data[0].y = [out["dense_ms"], out["tiled_csl_sparse_ms"], out["tiled_csl_dense_tile_ms"]]
+        f.data[1].y = [out["dense_MB"], out["tiled_csl_MB"]]
+        f.layout.title = (f"{shape[0]}x{shape[1]}, N={n}, {s:.0%} sparse: {out['speedup']:.2f}x dense "
+                          f"({out['roofline_fraction']:.0%} of the {out['bound']:.2f}x byte bound)")
+        return out
+
+    return slider_plot({"sparsity": slider}, update, fig, title="Sparsity vs SpMM time and bytes")
+
+
+def n_explorer(shape: tuple[int, int], sparsity: float = 0.8, max_log2_n: int = 5, repeats: int = 3,
+               seed: int = 0):
+    """Return ``(view, fig, state)``: an N slider adding points to speedup-over-dense vs N.
+
+    Each move times dense bf16 and both kernels at that N; the curve crossing 1 is the N where
+    dense (compute-bound by then) overtakes the sparse kernels on this CPU.
+    """
+    import ipywidgets as W
+    import plotly.graph_objects as go
+
+    from labkit.ui.widgets import slider_plot
+
+    w, enc = lab.sparse_case(shape, sparsity, seed=seed)
+    fig = go.FigureWidget(layout=dict(height=340, xaxis=dict(title="N (batch)", type="log"),
+                                      yaxis=dict(title="speedup over dense bf16"),
+                                      title=f"{shape[0]}x{shape[1]}, {sparsity:.0%} sparse"))
+    fig.add_scatter(x=[], y=[], mode="lines+markers", name="tiled_csl_sparse")
+    fig.add_scatter(x=[], y=[], mode="lines+markers", name="tiled_csl_dense_tile")
+    fig.add_scatter(x=[1, 2 ** max_log2_n], y=[1, 1], mode="lines", name="dense", line=dict(dash="dot"))
+    seen: dict[int, tuple[float, float]] = {}
+    slider = W.IntSlider(value=0, min=0, max=max_log2_n, description="log2 N")
+
+    def update(f, v):
+        n = 2 ** v["log2 N"]
+        c = lab.compare_once(w, enc, n, repeats=repeats)
+        seen[n] = (c.ratio("dense_bf16", "tiled_csl_sparse"), c.ratio("dense_bf16", "tiled_csl_dense_tile"))
+        ns = sorted(seen)
+        f.data[0].x, f.data[0].y = ns, [seen[k][0] for k in ns]
+        f.data[1].x, f.data[1].y = ns, [seen[k][1] for k in ns]
+        losing = [k for k in ns if max(seen[k]) < 1.0]
+        f.layout.title = (f"N={n}: sparse {seen[n][0]:.2f}x, dense-tile {seen[n][1]:.2f}x"
+                          + (f"; dense wins from N={losing[0]} among those tried" if losing else ""))
+        return {"n": n, "sparse": seen[n][0], "dense_tile": seen[n][1], "points": dict(seen)}
+
+    return slider_plot({"log2 N": slider}, update, fig, title="Batch size N vs speedup (the crossover)")
+
+
+def tile_picture(enc: TiledCSL, tile_row: int = 0, tile_col: int = 0, max_cols: int = 256):
+    """Return a plotly figure: one tile's non-zero pattern (first `max_cols` columns) and the
+    histogram of non-zeros per tile over the whole matrix."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    t = enc.tile_dense(tile_row, tile_col)[:, :max_cols]
+    counts = enc.tile_counts().ravel()
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(
+        f"tile ({tile_row}, {tile_col}): first {t.shape[1]} of {enc.tile[1]} columns",
+        f"non-zeros per tile ({counts.size} tiles)"))
+    fig.add_heatmap(z=(t != 0).astype(np.int8), colorscale=[[0, "white"], [1, "black"]], showscale=False,
+                    row=1, col=1)
+    fig.add_histogram(x=counts, nbinsx=40, row=1, col=2)
+    fig.update_layout(height=320, showlegend=False)
+    return fig

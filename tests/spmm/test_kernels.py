@@ -1,0 +1,102 @@
+"""SpMM kernels against a float64 reference, with the output poisoned before every run.
+
+Tolerance: W and x are exact in bf16 and widened exactly to fp32; each output is a sum of K
+fp32 products accumulated in fp32, so |y - y64| <= K * 2**-24 * (|W| @ |x|) (the standard
+gamma_K bound for recursive summation; vector and pairwise orders only do better).
+"""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from labkit.spmm.baselines import DenseTorch, ScipyCSR, TiledCSLMatmul, TorchCSR, roofline_bytes
+from labkit.spmm.kernels_cpu import bucket, spmm
+from labkit.spmm.prune import magnitude_prune, random_mask, random_sparse
+from labkit.spmm.tiled_csl import encode
+
+KERNELS = ["sparse", "dense_tile"]
+
+
+def _check(w, enc, x, kernel):
+    n = 1 if x.dim() == 1 else x.shape[1]
+    out = np.full((enc.shape[0], bucket(n)), np.nan, np.float32)   # poison: unwritten rows stay NaN
+    y = spmm(enc, x, kernel=kernel, out=out)
+    x2 = x[:, None] if x.dim() == 1 else x
+    ref = (w.double() @ x2.double()).numpy()
+    bound = w.shape[1] * 2.0**-24 * (w.double().abs() @ x2.double().abs()).numpy() + 1e-30
+    y2 = y[:, None] if y.ndim == 1 else y
+    assert y.shape == ((enc.shape[0],) if x.dim() == 1 else (enc.shape[0], n))
+    assert np.all(np.isfinite(y2)), "an output element was never written"
+    assert np.all(np.abs(y2 - ref) <= bound)
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 90), k=st.integers(1, 300), s=st.sampled_from([0.0, 0.5, 0.8, 0.95]),
+       n=st.sampled_from([1, 2, 3, 4]), kernel=st.sampled_from(KERNELS),
+       tile=st.sampled_from([None, (4, 32), (8, 64), (16, 16)]), seed=st.integers(0, 1000))
+def test_matches_float64_reference(m, k, s, n, kernel, tile, seed):
+    w = random_sparse((m, k), s, seed=seed)
+    enc = encode(w, tile=tile)
+    x = torch.randn(k, n, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+    _check(w, enc, x if n > 1 else x[:, 0], kernel)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [5, 8, 16])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_wider_n(n, kernel):
+    w = random_sparse((200, 700), 0.8, seed=n)
+    enc = encode(w, tile=(8, 256))
+    _check(w, enc, torch.randn(700, n).to(torch.bfloat16), kernel)
+
+
+def test_realistic_tile_and_fp32_input():
+    w = random_sparse((300, 9216), 0.9, seed=3)
+    enc = encode(w)
+    assert enc.tile == (8, 4608)
+    x = torch.randn(9216)
+    _check(w, enc, x.to(torch.bfloat16), "sparse")
+    # fp32 activations are used as given (not rounded to bf16)
+    y = spmm(enc, x)
+    ref = (w.double() @ x.double()).numpy()
+    assert np.abs(y - ref).max() <= 9216 * 2.0**-24 * (w.double().abs() @ x.double().abs()).max().item()
+
+
+def test_empty_matrix_and_empty_rows():
+    w = torch.zeros(37, 50, dtype=torch.bfloat16)
+    w[5, 7] = 2.0
+    enc = encode(w, tile=(8, 16))
+    for kernel in KERNELS:
+        _check(w, enc, torch.ones(50, dtype=torch.bfloat16), kernel)
+    enc0 = encode(torch.zeros(9, 9, dtype=torch.bfloat16))
+    assert np.array_equal(spmm(enc0, torch.ones(9)), np.zeros(9, np.float32))
+
+
+def test_all_operators_agree():
+    w = random_sparse((64, 96), 0.7, seed=1)
+    x = torch.randn(96, 3).to(torch.bfloat16)
+    ref = (w.double() @ x.double()).numpy()
+    for op in (DenseTorch(w), DenseTorch(w, torch.float32), TorchCSR(w), ScipyCSR(w),
+               TiledCSLMatmul(w), TiledCSLMatmul(w, kernel="dense_tile")):
+        y = op(x).double().numpy()
+        assert y.shape == (64, 3)
+        assert np.abs(y - ref).max() <= 2e-2 * np.abs(ref).max(), op.name   # dense bf16 rounds its output
+    assert TiledCSLMatmul(w).nbytes < DenseTorch(w).nbytes < DenseTorch(w, torch.float32).nbytes
+    rb = roofline_bytes(1000, 1000, 1, 0.8)
+    assert rb["dense"] / rb["tiled_csl"] == pytest.approx(2.5, rel=1e-2)
+
+
+def test_magnitude_prune_and_masks():
+    w = torch.arange(1, 21, dtype=torch.float32).reshape(4, 5) * torch.tensor([1, -1, 1, -1, 1])
+    p = magnitude_prune(w, 0.5)
+    assert int((p == 0).sum()) == 10 and bool((p[p != 0].abs() >= 11).all())
+    r = magnitude_prune(w, 0.4, granularity="row")
+    assert ((r == 0).sum(dim=1) == 2).all()
+    mask = random_mask((100, 100), 0.8, seed=4)
+    assert 0.75 < 1 - mask.float().mean().item() < 0.85
+    assert torch.equal(mask, random_mask((100, 100), 0.8, seed=4))
+    a, b = random_sparse((50, 60), 0.8, seed=9), random_sparse((50, 60), 0.9, seed=9)
+    assert bool(((b != 0) <= (a != 0)).all())          # nested masks across sparsities
+    assert torch.equal(a, random_sparse((50, 60), 0.8, seed=9))
