@@ -36,13 +36,13 @@ CLAIMS = [
 ]
 
 SIZES = {
-    "ci": {"dataset": "ci", "batch_size": 8, "sweep": (1, 2), "sweep_repeats": 1, "autoscale_s": 4.0,
+    "ci": {"dataset": "ci", "batch_size": 8, "sweep": (1, 2), "autoscale_s": 4.0,
            "tail_s": 1.0, "window_s": 0.5, "repeats": 2, "ctr_batches": 8, "fault_epochs": 1, "kills": 2,
            "sim_jobs": 60},
-    "small": {"dataset": "small", "batch_size": 32, "sweep": (1, 2, 3, 4), "sweep_repeats": 3, "autoscale_s": 30.0,
-              "tail_s": 4.0, "window_s": 1.5, "repeats": 7, "ctr_batches": 64, "fault_epochs": 2, "kills": 4,
+    "small": {"dataset": "small", "batch_size": 32, "sweep": (1, 2, 3, 4), "autoscale_s": 30.0,
+              "tail_s": 4.0, "window_s": 1.5, "repeats": 5, "ctr_batches": 64, "fault_epochs": 2, "kills": 4,
               "sim_jobs": 400},
-    "large": {"dataset": "large", "batch_size": 64, "sweep": (1, 2, 3, 4, 6, 8), "sweep_repeats": 3,
+    "large": {"dataset": "large", "batch_size": 64, "sweep": (1, 2, 3, 4, 6, 8),
               "autoscale_s": 30.0, "tail_s": 4.0, "window_s": 2.0, "repeats": 7, "ctr_batches": 256,
               "fault_epochs": 2, "kills": 8, "sim_jobs": 1000},
 }
@@ -98,18 +98,33 @@ def bench(b: Bench) -> None:
     s = SIZES[b.profile]
     program = image_program(s["dataset"], batch_size=s["batch_size"])
     n_batches = len(program.batches(0))
-    mono_model, dl_model = copy.deepcopy(program.model), copy.deepcopy(program.model)
+    mono_model = copy.deepcopy(program.model)
     split = extract(program)
     b.log(split.cut.summary())
     trainer = Trainer(split.trainer_model, program.loss_fn, program.lr)
     b.note(f"Trainer step in every contender: {trainer.label}; data workers and trainer share the machine's CPUs.")
     epoch = itertools.count(1)
 
-    # Best hand-picked DataLoader num_workers and best static data-worker count: every count runs
-    # interleaved with the others (persistent workers/pools), so a noisy neighbour hits all alike.
     warnings.filterwarnings("ignore", message="This DataLoader will create")
-    loaders, pools, contenders = {}, {}, {}
+
+    # 1. The autoscaler starts from one worker and gets `autoscale_s` seconds; then it is frozen.
+    max_w = max(s["sweep"])
+    pool = ProcessWorkerPool(split.stateless, workers=1, max_workers=max_w)
+    loaders: dict = {}
+    pools: dict = {}
     try:
+        scaler = Autoscaler(pool, max_workers=max_w, window_s=s["window_s"])
+        ar = run(trainer, pool.stream(endless(program, 1000)), time_limit=s["autoscale_s"], on_step=scaler.on_step)
+        b.record("autoscale_final_workers", scaler.workers)
+        b.record("autoscale_changes", scaler.summary()["changes"])
+        b.record("autoscale_last_change_s", scaler.summary()["last_change_s"])
+        b.log(f"autoscaler: {[(round(h.t, 1), h.workers, round(h.throughput, 1), h.action) for h in scaler.history]}")
+
+        # 2. Everything side by side in one interleaved case: the monolithic job, a DataLoader and a
+        # static pool at every hand-picked count, and the autoscaled pool (persistent workers and
+        # pools, so a noisy neighbour hits all alike). The best counts are picked from these same rounds.
+        mono_tr = Trainer(mono_model, program.loss_fn, program.lr)
+        contenders = {"monolithic": lambda: run(mono_tr, monolithic_batches(program, next(epoch)))}
         for n in s["sweep"]:
             dl, smp = dataloader(program, n)
             loaders[n] = (dl, smp, Trainer(copy.deepcopy(program.model), program.loss_fn, program.lr))
@@ -122,78 +137,31 @@ def bench(b: Bench) -> None:
                 run(tr, iter(dl))
 
             def pool_epoch(n=n) -> None:
-                pool, tr = pools[n]
-                run(tr, pool.stream(program.batches(next(epoch))))
+                p, tr = pools[n]
+                run(tr, p.stream(program.batches(next(epoch))))
 
             contenders[f"dataloader_nw{n}"] = dl_epoch
             contenders[f"static_workers{n}"] = pool_epoch
-        sweep = b.compare(f"sweep: image epoch ({n_batches} batches)", contenders, repeats=s["sweep_repeats"],
-                          warmup=1, work=n_batches, work_unit="batch")
-    except BaseException:
-        for p, _ in pools.values():
-            p.close()
-        raise
-    dl_tp = {n: sweep.throughput(f"dataloader_nw{n}") for n in s["sweep"]}
-    st_tp = {n: sweep.throughput(f"static_workers{n}") for n in s["sweep"]}
-    best_dl = max(dl_tp, key=dl_tp.get)
-    best_st = max(st_tp, key=st_tp.get)
-    for n, (p, _) in list(pools.items()):
-        if n != best_st:
-            p.close()
-    st_pool, st_tr = pools.pop(best_st)
-    dl, dl_smp, _ = loaders.pop(best_dl)
-    loaders.clear()  # the other DataLoaders' persistent workers exit with their loaders
-
-    # Autoscaler from one worker; its pool then keeps serving the side-by-side runs (a job's pool lives on).
-    max_w = max(s["sweep"])
-    pool = ProcessWorkerPool(split.stateless, workers=1, max_workers=max_w)
-    try:
-        scaler = Autoscaler(pool, max_workers=max_w, window_s=s["window_s"])
-        ar = run(trainer, pool.stream(endless(program, 1000)), time_limit=s["autoscale_s"], on_step=scaler.on_step)
-        reach = next((t for t in range(int(ar.wall_s)) if ar.throughput_between(t, t + s["tail_s"] / 2)
-                      >= 0.9 * st_tp[best_st]), None)
-        b.record("autoscale_final_workers", scaler.workers)
-        b.record("autoscale_changes", scaler.summary()["changes"])
-        b.record("autoscale_last_change_s", scaler.summary()["last_change_s"])
-        b.record("autoscale_seconds_to_90pct", -1 if reach is None else reach)
-        b.log(f"autoscaler: {[(round(h.t, 1), h.workers, round(h.throughput, 1), h.action) for h in scaler.history]}")
-
-        mono_tr = Trainer(mono_model, program.loss_fn, program.lr)
-        dl_tr = Trainer(dl_model, program.loss_fn, program.lr)
-
-        def monolithic() -> None:
-            run(mono_tr, monolithic_batches(program, next(epoch)))
-
-        def dataloader_best() -> None:
-            dl_smp.epoch = next(epoch)
-            run(dl_tr, iter(dl))
-
-        def static_best() -> None:
-            run(st_tr, st_pool.stream(program.batches(next(epoch))))
-
-        def goldminer() -> None:
-            # The count the autoscaler reached in its 30 s, frozen: that is what is being judged.
-            run(trainer, pool.stream(program.batches(next(epoch))))
-
-        names = {"monolithic": monolithic, f"dataloader_nw{best_dl}": dataloader_best,
-                 f"static_workers{best_st}": static_best, "goldminer_autoscaled": goldminer}
-        c = b.compare(f"image epoch ({n_batches} batches of {program.batch_size})", names, repeats=s["repeats"],
-                      warmup=1, work=n_batches, work_unit="batch")
+        contenders["goldminer_autoscaled"] = lambda: run(trainer, pool.stream(program.batches(next(epoch))))
+        c = b.compare(f"image epoch ({n_batches} batches of {program.batch_size})", contenders,
+                      repeats=s["repeats"], warmup=1, work=n_batches, work_unit="batch")
+        best_dl = max(s["sweep"], key=lambda n: c.throughput(f"dataloader_nw{n}"))
+        best_st = max(s["sweep"], key=lambda n: c.throughput(f"static_workers{n}"))
         b.measure("dw.speedup_monolithic", c.ratio("monolithic", "goldminer_autoscaled"))
         b.measure("dw.vs_dataloader_best", c.ratio(f"dataloader_nw{best_dl}", "goldminer_autoscaled"))
-        # Side by side with the best static count (picked by the sweep), not against a number
-        # measured minutes earlier under different neighbours.
         b.measure("dw.autoscale_fraction_of_best", c.ratio(f"static_workers{best_st}", "goldminer_autoscaled"))
+        reach = next((t for t in range(int(ar.wall_s)) if ar.throughput_between(t, t + s["tail_s"])
+                      >= 0.9 * c.throughput(f"static_workers{best_st}")), None)
+        b.record("autoscale_seconds_to_90pct", -1 if reach is None else reach)
         b.record("best_dataloader_num_workers", best_dl)
         b.record("best_static_workers", best_st)
-        b.record("workers_during_compare", pool.target)
         b.record("goldminer_speculative_copies", pool.stats.speculative)
         b.record("goldminer_duplicates_dropped", pool.stats.duplicates_dropped)
-        b.record("static_best_speculative_copies", st_pool.stats.speculative)
     finally:
         pool.close()
-        st_pool.close()
-        del dl
+        for p, _ in pools.values():
+            p.close()
+        loaders.clear()  # DataLoader workers exit with their loaders
 
     # The monolithic job as users often run it: torch free to use both cores for the model step.
     mt = Trainer(copy.deepcopy(program.model), program.loss_fn, program.lr, threads=2)
