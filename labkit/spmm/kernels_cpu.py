@@ -178,9 +178,30 @@ def _sparse_n24(words, toff, row_nnz, tr, tc, cmask_, gc, xt, y, nb):
                 y[g0 * tr + i, j] = acc[i, j]
 
 
+@njit(fastmath=True, boundscheck=False, inline="always", cache=True)
+def _row_dot8(wv, cmask, xg):
+    """Eight columns at once: one decode per word, one 8-float activation row, eight FMAs that
+    stay in one vector register (scalar accumulators, so nothing aliases memory)."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
+    for i in range(wv.shape[0]):
+        w = wv[i]
+        v = _u32_as_f32(w & _HI)
+        r = xg[w & cmask]
+        s0 += v * r[0]
+        s1 += v * r[1]
+        s2 += v * r[2]
+        s3 += v * r[3]
+        s4 += v * r[4]
+        s5 += v * r[5]
+        s6 += v * r[6]
+        s7 += v * r[7]
+    return s0, s1, s2, s3, s4, s5, s6, s7
+
+
 @njit(parallel=True, fastmath=True, boundscheck=False, cache=True)
-def _sparse_nn(words, toff, row_nnz, tr, tc, cmask_, gc, xr, y, nb):
-    """Gather-dot for nb >= 8 columns: one decode, then a vector over N of the row-major x row."""
+def _sparse_nn(words, toff, row_nnz, tr, tc, cmask_, gc, xg, y, nb):
+    """Gather-free SpMM for nb >= 8 columns: x as (nb/8, K, 8) groups; each group's 8-float row
+    is read contiguously per word and broadcast-multiplied by the decoded value."""
     literally(nb)
     gr = row_nnz.shape[0] // gc
     cmask = np.uint32(cmask_)
@@ -190,7 +211,6 @@ def _sparse_nn(words, toff, row_nnz, tr, tc, cmask_, gc, xr, y, nb):
         g0 = b * BLOCK_TILES
         g1 = min(gr, g0 + BLOCK_TILES)
         acc = np.zeros(((g1 - g0) * tr, nb), np.float32)
-        a = np.zeros(nb, np.float32)
         for t in range(gc):
             xo = t * tc
             for g in range(g0, g1):
@@ -200,19 +220,18 @@ def _sparse_nn(words, toff, row_nnz, tr, tc, cmask_, gc, xr, y, nb):
                     c = np.int64(row_nnz[tile, r])
                     if c == 0:
                         continue
-                    for j in range(nb):
-                        a[j] = 0.0
+                    a = acc[(g - g0) * tr + r]
                     wv = words[p:p + c]
-                    xs = xr[xo:]
-                    for i in range(c):
-                        w = wv[i]
-                        v = _u32_as_f32(w & _HI)
-                        k = w & cmask
-                        for j in range(nb):
-                            a[j] += v * xs[k, j]
-                    row = (g - g0) * tr + r
-                    for j in range(nb):
-                        acc[row, j] += a[j]
+                    for q in range(nb // 8):
+                        s0, s1, s2, s3, s4, s5, s6, s7 = _row_dot8(wv, cmask, xg[q, xo:])
+                        a[8 * q] += s0
+                        a[8 * q + 1] += s1
+                        a[8 * q + 2] += s2
+                        a[8 * q + 3] += s3
+                        a[8 * q + 4] += s4
+                        a[8 * q + 5] += s5
+                        a[8 * q + 6] += s6
+                        a[8 * q + 7] += s7
                     p += c
         for i in range(min(m - g0 * tr, (g1 - g0) * tr)):
             for j in range(nb):
@@ -355,6 +374,11 @@ def spmm(w: TiledCSL, x, *, kernel: str = "auto", out: np.ndarray | None = None)
     if (kind == "sparse" and nb <= 4) or nb == 1:
         xk = np.zeros((nb, k), np.float32)
         xk[:n] = xn.T
+    elif kind == "sparse":
+        xk = np.zeros((nb // 8, k, 8), np.float32)   # column groups of 8, each (K, 8) contiguous
+        for q in range(-(-n // 8)):
+            part = xn[:, 8 * q:8 * q + 8]
+            xk[q, :, :part.shape[1]] = part
     else:
         xk = np.zeros((k, nb), np.float32)
         xk[:, :n] = xn
