@@ -96,23 +96,40 @@ def _split(ids, slot):
     return hit
 
 
-@njit(parallel=True, nogil=True, cache=True)
-def _gather_lists(indptr, indices, rows):
+@njit(nogil=True, cache=True)
+def _list_ptr(indptr, rows):
     ptr = np.empty(len(rows) + 1, np.int64)
     ptr[0] = 0
     for i in range(len(rows)):
         ptr[i + 1] = ptr[i] + indptr[rows[i] + 1] - indptr[rows[i]]
-    out = np.empty(ptr[-1], indices.dtype)
+    return ptr
+
+
+@njit(nogil=True, cache=True)
+def _gather_lists_serial(indptr, indices, rows, ptr, out):
+    for i in range(len(rows)):
+        lo = indptr[rows[i]]
+        for j in range(ptr[i + 1] - ptr[i]):
+            out[ptr[i] + j] = indices[lo + j]
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _gather_lists_parallel(indptr, indices, rows, ptr, out):
     for i in prange(len(rows)):
         lo = indptr[rows[i]]
         for j in range(ptr[i + 1] - ptr[i]):
             out[ptr[i] + j] = indices[lo + j]
-    return ptr, out
 
 
 def gather_lists(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Return (ptr, nbrs): the neighbour lists of `rows` packed as a sub-CSR in row order."""
-    return _gather_lists(indptr, indices, np.asarray(rows, np.int64))
+    from labkit.graph.sampling import PARALLEL_MIN_WORK
+    rows = np.asarray(rows, np.int64)
+    ptr = _list_ptr(indptr, rows)
+    out = np.empty(ptr[-1], indices.dtype)
+    f = _gather_lists_parallel if len(out) >= PARALLEL_MIN_WORK else _gather_lists_serial
+    f(indptr, indices, rows, ptr, out)
+    return ptr, out
 
 
 @dataclass

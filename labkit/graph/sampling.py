@@ -83,8 +83,24 @@ def _draw_one_row(lo, d, k, replace, st, out, q):
     return k
 
 
+#: Below this many sampled items a kernel runs on one thread: a mini-batch hop is ~1 ms of work,
+#: and on a shared, oversubscribed machine each parallel region's barrier can cost more than that.
+PARALLEL_MIN_WORK = 1 << 16
+
+
+@njit(nogil=True, cache=True)
+def _sample_hop_serial(indptr, rows, k, replace, seed, stream):
+    ptr = _counts(indptr, rows, k, replace)
+    eid = np.empty(ptr[-1], np.int64)
+    for i in range(len(rows)):
+        v = rows[i]
+        lo = indptr[v]
+        _draw_one_row(lo, indptr[v + 1] - lo, k, replace, stream_key(seed, stream, i), eid, ptr[i])
+    return ptr, eid
+
+
 @njit(parallel=True, nogil=True, cache=True)
-def _sample_hop(indptr, rows, k, replace, seed, stream):
+def _sample_hop_parallel(indptr, rows, k, replace, seed, stream):
     ptr = _counts(indptr, rows, k, replace)
     eid = np.empty(ptr[-1], np.int64)
     for i in prange(len(rows)):
@@ -92,6 +108,13 @@ def _sample_hop(indptr, rows, k, replace, seed, stream):
         lo = indptr[v]
         _draw_one_row(lo, indptr[v + 1] - lo, k, replace, stream_key(seed, stream, i), eid, ptr[i])
     return ptr, eid
+
+
+def _sample_hop(indptr, rows, k, replace, seed, stream):
+    """One hop over `rows`; the same draws whether it runs on one thread or many."""
+    work = len(rows) * (k if k > 0 else 16)
+    f = _sample_hop_parallel if work >= PARALLEL_MIN_WORK else _sample_hop_serial
+    return f(indptr, rows, k, replace, seed, stream)
 
 
 def check_fanout(fanout: int, arg: str = "fanout") -> int:
@@ -149,12 +172,24 @@ def _relabel(nbrs, local, nodes, n_nodes):
     return out, n
 
 
+@njit(nogil=True, cache=True)
+def _gather_serial(indices, eid):
+    out = np.empty(len(eid), np.int64)
+    for j in range(len(eid)):
+        out[j] = indices[eid[j]]
+    return out
+
+
 @njit(parallel=True, nogil=True, cache=True)
-def _gather(indices, eid):
+def _gather_parallel(indices, eid):
     out = np.empty(len(eid), np.int64)
     for j in prange(len(eid)):
         out[j] = indices[eid[j]]
     return out
+
+
+def _gather(indices, eid):
+    return (_gather_parallel if len(eid) >= PARALLEL_MIN_WORK else _gather_serial)(indices, eid)
 
 
 @njit(nogil=True, cache=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from labkit.core.errors import LabkitError, bad_value, check_choice
 from labkit.graph.csr import CSR, check_node_ids
@@ -98,9 +98,9 @@ class PartitionServer:
         return self.part
 
 
-@njit(parallel=True, nogil=True, cache=True)
+@njit(nogil=True, cache=True)
 def _place(out_ptr, pos, ptr, nbrs, out):
-    for i in prange(len(pos)):
+    for i in range(len(pos)):
         q = out_ptr[pos[i]]
         for j in range(ptr[i + 1] - ptr[i]):
             out[q + j] = nbrs[ptr[i] + j]
