@@ -6,6 +6,7 @@ Layer ``i`` of an L-layer model runs on a prefix of the hop-ordered nodes and ed
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,8 +66,10 @@ def layer_adjacency(edge_index: torch.Tensor, n_in: int, n_out: int, e: int) -> 
     """
     dst = edge_index[1, :e]
     crow = torch.searchsorted(dst, torch.arange(n_out + 1, dtype=dst.dtype))
-    return torch.sparse_csr_tensor(crow, edge_index[0, :e], torch.ones(e), size=(n_out, n_in),
-                                   check_invariants=False)
+    with warnings.catch_warnings():  # "sparse CSR support is in beta": known, tested here
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(crow, edge_index[0, :e], torch.ones(e), size=(n_out, n_in),
+                                       check_invariants=False)
 
 
 class GAT(nn.Module):
