@@ -220,3 +220,32 @@ def test_dataset_on_tmpfs_is_refused_or_falls_back(ds):
             f.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_pipeline_overlaps_stages_and_keeps_order(ds, pre):
+    _, cfg, budget, _, seeds = workload("ci", "sage", 3, budget_fraction=2.0, presample_batches=2)
+    b = MemoryBudget(budget)
+    s = open_system("caliex", ds, b, cfg, pre=pre)
+    try:
+        r = s.run(seeds)
+    finally:
+        s.close()
+    spans = {(st, i): (t0, t1) for st, i, t0, t1 in r.timeline}
+    idx = sorted({i for _, i, _, _ in r.timeline})
+    assert len(idx) == 3 and r.batches == 3
+    # The next batch is sampled while an earlier one is still in flight (gathered or trained).
+    assert any(spans[("sample", idx[k + 1])][0] < spans[("train", idx[k])][1] for k in range(2))
+    # Training consumes batches in order.
+    assert [spans[("train", i)][0] for i in idx] == sorted(spans[("train", i)][0] for i in idx)
+    assert b.used == 0 and b.peak <= b.total
+
+
+def test_tuner_serial_model_adds_stages(ds, pre):
+    from labkit.disk.tuner import Tuner
+    ip = ds.array("indptr")
+    tp, fp = plans.topology_presampled(pre.counts, ip), plans.features_presampled(pre.counts, 512)
+    args = (pre.batches, ip, 512, tp, fp, pre.profile, 20 << 20)
+    serial, piped = Tuner(*args, pipelined=False).predict(0.3), Tuner(*args).predict(0.3)
+    assert serial["total"] == pytest.approx(serial["sample"] + serial["gather"] + serial["train"])
+    assert piped["total"] <= serial["total"] + 1e-12
+    assert piped["total"] >= max(piped["sample"], piped["gather"], piped["train"]) - 1e-12
