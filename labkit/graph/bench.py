@@ -79,6 +79,10 @@ def bench_build(b: Bench, scale: int, repeats: int) -> None:
     if peak:
         b.measure("graph.build_peak_mem_ratio", peak / final_bytes)
     b.record("graph.build_final_csr_bytes", final_bytes)
+    if c.ratio("scipy_coo_tocsr", "labkit_build_csr") < 1.5:
+        b.note(f"build: labkit splits the build over {_threads()} threads while scipy runs on one; with the "
+               f"machine shared (1-min load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores) the second "
+               "thread is often not there to take.")
 
     # torch is far slower here (coalesce sorts 64-bit keys); one round against labkit is enough.
     idx = torch.from_numpy(np.stack([src.astype(np.int64), dst.astype(np.int64)]))
@@ -220,18 +224,32 @@ def bench_cache(b: Bench, profile: str, workers: int, batches: int, repeats: int
             b.record(f"graph.epoch_{k}_sample_s", float(np.median([r.sample_s for r in rs])))
             b.record(f"graph.epoch_{k}_train_s", float(np.median([r.train_s for r in rs])))
         off, on = stores["cache_off"].stats, stores["cache_on"].stats
+        saved = 1 - on.remote_bytes / max(1, off.remote_bytes)
         b.record("graph.remote_ids_saved_fraction", 1 - on.remote_ids / max(1, off.remote_ids))
-        b.record("graph.remote_bytes_saved_fraction", 1 - on.remote_bytes / max(1, off.remote_bytes))
+        b.record("graph.remote_bytes_saved_fraction", saved)
+        b.record("graph.remote_calls_per_batch_cache_off", off.remote_calls / max(1, sum(r.batches for r in results["cache_off"])))
+        b.record("graph.remote_calls_per_batch_cache_on", on.remote_calls / max(1, sum(r.batches for r in results["cache_on"])))
+        if c.ratio("cache_off", "cache_on") < 1.4:
+            b.note(f"cache: the importance cache kept {saved:.0%} of remote bytes local, but every hop still "
+                   "needs one concurrent round trip per partition holding a miss, and on this machine a Dask "
+                   "actor round trip (milliseconds) costs far more than the bytes it carries.")
     finally:
         close_cluster(client)
+
+
+def _threads() -> int:
+    import numba
+    return numba.get_num_threads()
 
 
 def bench(b: Bench) -> None:
     """Run the build, sampling and cache benches at the profile's sizes."""
     s = SIZES[b.profile]
+    b.record("graph.loadavg_1min_at_start", os.getloadavg()[0])
     bench_build(b, s["build_scale"], s["repeats"])
     bench_sampling(b, s["sample_scale"], s["sample_batches"], s["repeats"])
     bench_cache(b, b.profile, s["cache_workers"], s["cache_batches"], s["cache_repeats"])
+    b.record("graph.loadavg_1min_at_end", os.getloadavg()[0])
 
 
 SYSTEM = register(System("graph", "AliGraph", "AliGraph: graph storage, sampling and caching (VLDB 2019)",

@@ -1,0 +1,27 @@
+"""`labkit bench graph` at profile ci: every claim is measured and the side-by-side cases are recorded."""
+
+import math
+
+import pytest
+
+from labkit.graph.bench import CLAIMS, SYSTEM
+
+
+@pytest.mark.slow
+@pytest.mark.dask
+def test_bench_ci_measures_every_claim():
+    report = SYSTEM.run_bench("ci", progress=False)
+    ids = {c.id for c in CLAIMS}
+    assert ids == {"graph.build_speedup_scipy", "graph.build_edges_per_s", "graph.build_peak_mem_ratio",
+                   "graph.sample_speedup_torch", "graph.sample_noreplace_fraction",
+                   "graph.cache_epoch_speedup", "graph.cache_hit_rate"}
+    for c in report.claims:
+        if c.id == "graph.build_peak_mem_ratio" and c.measured is None:
+            continue  # peak RSS needs /proc clear_refs, absent on some kernels
+        assert c.measured is not None and math.isfinite(c.measured) and c.measured > 0, c.id
+    r = report.results
+    assert 0 < r["graph.cache_hit_rate"] < 1 and 0 < r["graph.cache_vertices_fraction"] <= 0.2
+    assert r["graph.remote_ids_saved_fraction"] > 0  # the cache really kept fetches local
+    assert {c.case.split(",")[0] for c in report.comparisons} >= {"build CSR", "sample [15", "epoch of 4 batches x 512"}
+    cases = {c.case: c for c in report.comparisons}
+    assert all(len(c.times[n]) >= 1 for c in cases.values() for n in c.names)
