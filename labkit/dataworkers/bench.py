@@ -24,7 +24,8 @@ CLAIMS = [
           "up to 12.1x faster jobs (many CPUs); bound ~2x on 2 cores", target=1.7, unit="x", op=">="),
     Claim("dw.vs_dataloader_best", "data workers + autoscaler vs DataLoader at its best hand-picked num_workers",
           "never worse than a well-tuned DataLoader", target=0.95, unit="x", op=">="),
-    Claim("dw.autoscale_fraction_of_best", "autoscaler from 1 worker, frozen after 30 s: throughput / best static count's",
+    Claim("dw.autoscale_fraction_of_best",
+          "autoscaler from 1 worker, frozen after 30 s: throughput / best static count's",
           "elastic scaling without manual tuning", target=0.9, unit="x", op=">="),
     Claim("dw.sim_jct_improvement", "simulated 64-GPU cluster: average JCT, static / elastic",
           "2.5x better average JCT", target=2.0, unit="x", op=">="),
@@ -161,9 +162,9 @@ def bench(b: Bench) -> None:
         if b.claims["dw.speedup_monolithic"].passed is False:
             b.note(f"dw.speedup_monolithic: the bound is 2x only if this process owns both cores; the best static "
                    f"count reached {c.ratio('monolithic', f'static_workers{best_st}'):.2f}x in the same rounds, and "
-                   f"the 1-minute load average after the case was {os.getloadavg()[0]:.1f} (this bench's own 2-3 busy processes "
-                   "included; other users' work "
-                   "takes CPU from the parallel contenders but barely slows the single-process one).")
+                   f"the 1-minute load average after the case was {os.getloadavg()[0]:.1f} (this bench's own "
+                   "2-3 busy processes included; other users' work takes CPU from the parallel contenders but "
+                   "barely slows the single-process one).")
         b.record("goldminer_speculative_copies", pool.stats.speculative)
         b.record("goldminer_duplicates_dropped", pool.stats.duplicates_dropped)
     finally:

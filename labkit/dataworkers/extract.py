@@ -290,7 +290,8 @@ def _subgraph(gm: fx.GraphModule, keep: list[fx.Node], inputs: list[fx.Node], ou
     return fx.GraphModule(copy.deepcopy(gm), g, class_name="StatelessPrefix")
 
 
-def _suffix(gm: fx.GraphModule, nodes: list[fx.Node], stateless: set[fx.Node], frontier: list[fx.Node]) -> fx.GraphModule:
+def _suffix(gm: fx.GraphModule, nodes: list[fx.Node], stateless: set[fx.Node],
+            frontier: list[fx.Node]) -> fx.GraphModule:
     g = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for f in frontier:

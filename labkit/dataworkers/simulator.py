@@ -68,7 +68,8 @@ class TraceJob:
     family: str
 
 
-def synthetic_trace(n_jobs: int = 400, *, cluster: Cluster = Cluster(), load: float = 0.9, seed: int = 0) -> list[TraceJob]:
+def synthetic_trace(n_jobs: int = 400, *, cluster: Cluster = Cluster(), load: float = 0.4,
+                    seed: int = 0) -> list[TraceJob]:
     """Return `n_jobs` jobs drawn from the distribution in the module docstring."""
     check_range("n_jobs", n_jobs, 1, integer=True)
     check_range("load", load, 0, lo_open=True)
@@ -178,7 +179,7 @@ def simulate(trace: list[TraceJob], policy: str, cluster: Cluster = Cluster()) -
     return SimResult(policy, jct, busy, alloc, t - min(j.arrival for j in trace), cluster.gpus, timeline)
 
 
-def compare(n_jobs: int = 400, *, cluster: Cluster = Cluster(), load: float = 0.9, seed: int = 0) -> dict:
+def compare(n_jobs: int = 400, *, cluster: Cluster = Cluster(), load: float = 0.4, seed: int = 0) -> dict:
     """Simulate static and elastic on one trace; return both results and the improvement ratios."""
     trace = synthetic_trace(n_jobs, cluster=cluster, load=load, seed=seed)
     st = simulate(trace, "static", cluster)

@@ -198,7 +198,8 @@ class ProcessWorkerPool:
         rates = [v["batches"] / v["busy_s"] for v in per.values() if v["busy_s"] > 0]
         return {"workers": self.num_workers, "target": self._target,
                 "in_flight": sum(len(w.inflight) for w in list(self._workers.values())),
-                "queue_depth": self.ready_depth, "per_worker_batches_per_s": (sum(rates) / len(rates)) if rates else 0.0,
+                "queue_depth": self.ready_depth,
+                "per_worker_batches_per_s": (sum(rates) / len(rates)) if rates else 0.0,
                 **self.stats.as_dict()}
 
     # -- the stream -----------------------------------------------------------------------------

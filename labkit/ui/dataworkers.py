@@ -97,11 +97,12 @@ def simulator_plots(result: dict) -> Any:
     for name, color in (("static", "#e76f51"), ("elastic", "#2a9d8f")):
         r = result[name]
         jct = np.sort(np.array(list(r.jct.values()))) / 3600
-        fig.add_trace(go.Scatter(x=jct, y=np.arange(1, len(jct) + 1) / len(jct), name=f"{name}: avg {r.avg_jct / 3600:.1f} h",
-                                 line={"color": color}), 1, 1)
+        fig.add_trace(go.Scatter(x=jct, y=np.arange(1, len(jct) + 1) / len(jct),
+                                 name=f"{name}: avg {r.avg_jct / 3600:.1f} h", line={"color": color}), 1, 1)
         t = np.array([p[0] for p in r.util_timeline]) / 3600
         u = np.array([p[1] for p in r.util_timeline])
-        fig.add_trace(go.Scatter(x=t, y=u, name=f"{name}: {r.gpu_util:.0%}", line={"color": color, "shape": "hv"}), 1, 2)
+        fig.add_trace(go.Scatter(x=t, y=u, name=f"{name}: {r.gpu_util:.0%}",
+                                 line={"color": color, "shape": "hv"}), 1, 2)
     fig.update_xaxes(title_text="hours", row=1, col=1)
     fig.update_xaxes(title_text="hours since first arrival", row=1, col=2)
     fig.update_layout(height=340, title=f"static vs elastic: JCT {result['jct_improvement']:.2f}x better, "

@@ -161,6 +161,14 @@ time.sleep(60)
 """
 
 
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 @pytest.mark.slow
 def test_killed_trainer_leaves_no_workers_or_shared_memory(dw_root):
     import os
@@ -177,7 +185,7 @@ def test_killed_trainer_leaves_no_workers_or_shared_memory(dw_root):
         proc.wait(10)
         deadline = time.time() + 15
         while time.time() < deadline:
-            alive = [p for p in pids if os.path.exists(f"/proc/{p}") and "Z" not in open(f"/proc/{p}/stat").read().split()[2]]
+            alive = [p for p in pids if _running(p)]
             shm = [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
             if not alive and not shm:
                 break
