@@ -320,6 +320,11 @@ def check_equivalence(program: Program, split: Split, *, batches: int = 2, epoch
             got = worker_part(keys)
             if not _same(mono[-1], got[-1]):
                 raise ExtractionError(f"split of {program.name!r} is not equivalent: batch {b} targets differ")
+            inputs = tuple(mono[:-1])
+            expected = tuple(split.stateless.prefix(*inputs)) if split.stateless.prefix is not None else inputs
+            if not _same(expected, tuple(got[:-1])):
+                raise ExtractionError(f"split of {program.name!r} is not equivalent: batch {b} inputs differ from the "
+                                      "monolithic program's (the Dataset or collate_fn depends on where it runs)")
             direct = split.stateless(keys)
             if not _same(direct, got):
                 raise ExtractionError(f"split of {program.name!r} is not equivalent: batch {b} differs between the "
