@@ -160,13 +160,26 @@ def bench(b: Bench) -> None:
     fd = pre.profile.feature_disk
     disk = (f"the feature file was measured (calibrated on the pre-sampled reads) at "
             f"{1 / fd.seconds_per_request:,.0f} requests/s and {fd.bytes_per_second / 1e9:.2f} GB/s")
-    for cid in ("disk.speedup_naive", "disk.speedup_naive_gat"):
-        if b.claims[cid].passed is False:
+    r = b.results
+    for cid, model in (("disk.speedup_naive", "sage"), ("disk.speedup_naive_gat", "gat")):
+        if b.claims[cid].passed is not False:
+            continue
+        if model == "sage" and ub < 3.28:
             b.note(f"{cid}: the in-memory system itself (no disk at all) is only {ub:.2f}x faster than naive "
-                   f"disk on GraphSAGE here, so no disk system can reach 3.28x: {disk}, which makes naive "
-                   "disk training only a few times slower than training, which is CPU-bound on 2 cores "
-                   f"shared with other jobs (1-min load average {load0:.1f} at the start, "
-                   f"{b.results['disk.loadavg_1min_end']:.1f} at the end).")
+                   f"disk here, so no disk system can reach 3.28x: {disk}, and training is CPU-bound on 2 "
+                   f"cores shared with other jobs (1-min load average {load0:.1f} at the start, "
+                   f"{r['disk.loadavg_1min_end']:.1f} at the end).")
+        else:
+            g = f"disk.{model}.caliex"
+            b.note(f"{cid}: CaliEX is I/O-bound: per mini-batch it spends {r[g + '.sample_s_per_batch']:.2f} s "
+                   f"sampling and {r[g + '.gather_s_per_batch']:.2f} s gathering (overlapped) against "
+                   f"{r[g + '.train_s_per_batch']:.2f} s training; {disk}. Its caches (15% of the data, less "
+                   f"indptr, staging and pipeline slots) serve {r[g + '.hit_rate_features']:.0%} of feature rows "
+                   f"and {r[g + '.hit_rate_topology']:.0%} of neighbour lists; the misses are scattered 4 KiB "
+                   "reads, and the naive baseline already uses the same direct-I/O engine (page sharing, queue "
+                   f"depth 8), so the gap is the cache hits plus overlap, not 3.28x (load average {load0:.1f} -> "
+                   f"{r['disk.loadavg_1min_end']:.1f}).")
+
     if b.claims["disk.tuner_gap"].passed is False:
         meds = [ct.median(n) for n in ct.names]
         b.note(f"disk.tuner_gap: the measured split medians span {max(meds) / min(meds) - 1:.0%} in all; "

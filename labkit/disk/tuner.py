@@ -6,10 +6,10 @@ Pre-sampling gives a few mini-batches, their per-node access counts and measured
 tuner fills both caches from their plans, counts what each pre-sampled batch would still miss,
 prices those misses with the cheapest read plan (random / coalesced / sweep) and predicts
 
-    time per mini-batch = max(sample(f), gather(f), train + cpu(f) / cores)   pipelined stages
+    time per mini-batch = max(sample(f), gather(f), io(f), train + cpu(f) / cores)   pipelined
                         = sample(f) + gather(f) + train                       serial stages
 
-where ``cpu(f)`` is the CPU the sampling and gathering stages burn (their own work plus the
+where ``io(f)`` is the disk time of both stages (they share one disk) and ``cpu(f)`` is the CPU the sampling and gathering stages burn (their own work plus the
 per-request cost of issuing reads): training uses every core, so on a small machine the
 overlapped stages still slow it down by that much.
 
@@ -107,10 +107,12 @@ class Tuner:
         gather = p.gather_cpu_per_row * rows / n + g_io / n
         cpu = p.sample_cpu + p.gather_cpu_per_row * rows / n + p.request_cpu * requests / n
         if self.pipelined:
-            total = max(sample, gather, p.train + cpu / max(1, p.cores))
+            # Both I/O stages share one disk, so their reads add up even when the stages overlap.
+            total = max(sample, gather, (s_io + g_io) / n, p.train + cpu / max(1, p.cores))
         else:
             total = sample + gather + p.train
         return {"f": float(f), "sample": sample, "gather": gather, "train": p.train, "total": total,
+                "io": (s_io + g_io) / n,
                 "cpu_other": cpu, "requests": requests / n,
                 "hit_rate_topology": t_hits / max(1, t_all), "hit_rate_features": f_hits / max(1, f_all),
                 "topology_nodes": int(t_nodes.size), "feature_rows": int(f_nodes.size)}
