@@ -226,3 +226,27 @@ def test_csc_is_the_transpose(edges):
     c = build_csc(*edges, P.num_nodes, dedup=True)
     r = build_csr(*edges, P.num_nodes, dedup=True).reverse()
     assert np.array_equal(c.indptr, r.indptr) and np.array_equal(np.sort(c.indices), np.sort(r.indices))
+
+
+def test_build_from_csv_and_parquet(tmp_path, edges):
+    import pandas as pd
+
+    from labkit.graph.build import build_from_file, csv_edge_chunks
+    s, d = edges
+    df = pd.DataFrame({"src": s[:5000], "dst": d[:5000]})
+    df.to_csv(tmp_path / "e.csv", index=False)
+    df.to_parquet(tmp_path / "e.parquet")
+    ref = build_csr(s[:5000], d[:5000], P.num_nodes, dedup=True)
+    for name in ("e.csv", "e.parquet"):
+        got = build_from_file(tmp_path / name, P.num_nodes, dedup=True)
+        assert np.array_equal(got.indptr, ref.indptr) and np.array_equal(got.indices, ref.indices)
+    csc = build_from_file(tmp_path / "e.csv", P.num_nodes, reverse=True)
+    assert csc.num_edges == 5000 and np.array_equal(np.sort(csc.neighbors(int(d[0]))), np.sort(s[:5000][d[:5000] == d[0]]))
+    (tmp_path / "bad.csv").write_text("src,dst\n0,1\n2,3\n4,x\n")
+    with pytest.raises(ValueError, match=r"bad.csv row 3: dst='x'"):
+        build_from_file(tmp_path / "bad.csv", 10)
+    (tmp_path / "neg.csv").write_text("src,dst\n0,1\n-2,3\n")
+    with pytest.raises(ValueError, match=r"neg.csv row 2: src='-2'"):
+        build_from_file(tmp_path / "neg.csv", 10)
+    with pytest.raises(ValueError, match="columns"):
+        csv_edge_chunks(tmp_path / "e.csv", src="from")
