@@ -39,13 +39,20 @@ def _check_weight(weight) -> torch.Tensor:
 
 
 class DenseTorch:
-    """W @ x with dense torch weights in `dtype` (bf16 by default)."""
+    """W @ x with dense torch weights in `dtype` (bf16 by default).
 
-    def __init__(self, weight: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> None:
+    call "matmul": torch.matmul(W, x) (a 1-D x takes torch's matrix-vector path);
+    call "linear": torch.nn.functional.linear(x^T, W)^T, the call a model's nn.Linear makes
+    (a GEMM with N rows, oneDNN/AMX on this CPU). Which one is faster depends on shape and N,
+    so the bench times both and compares against the faster.
+    """
+
+    def __init__(self, weight: torch.Tensor, dtype: torch.dtype = torch.bfloat16, *, call: str = "matmul") -> None:
         check_choice("dtype", dtype, (torch.bfloat16, torch.float32, torch.float16))
+        self.call = check_choice("call", call, ("matmul", "linear"))
         self.weight = _check_weight(weight).to(dtype).contiguous()
         self.name = {torch.bfloat16: "dense_bf16", torch.float32: "dense_fp32",
-                     torch.float16: "dense_fp16"}[dtype]
+                     torch.float16: "dense_fp16"}[dtype] + ("_linear" if call == "linear" else "")
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -56,7 +63,12 @@ class DenseTorch:
         return self.weight.numel() * self.weight.element_size()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.matmul(self.weight, x.to(self.weight.dtype))
+        x = x.to(self.weight.dtype)
+        if self.call == "matmul":
+            return torch.matmul(self.weight, x)
+        if x.dim() == 1:
+            return torch.nn.functional.linear(x[None, :], self.weight)[0]
+        return torch.nn.functional.linear(x.T, self.weight).T
 
 
 class TorchCSR:

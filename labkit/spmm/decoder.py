@@ -65,7 +65,10 @@ def random_weights(cfg: DecoderConfig, sparsity: float, *, seed: int = 0) -> dic
 class Decoder:
     """Greedy autoregressive generation with a KV cache; linear layers dense or Tiled-CSL."""
 
-    def __init__(self, weights: dict, *, linear: str = "sparse", kernel: str = "auto") -> None:
+    def __init__(self, weights: dict, *, linear: str = "sparse", kernel: str = "auto",
+                 dense_call: str = "matmul") -> None:
+        """`linear` picks dense bf16 or Tiled-CSL layers; `dense_call` the torch call dense layers
+        make ("matmul": matrix-vector at batch 1, "linear": F.linear's GEMM)."""
         check_choice("linear", linear, LINEAR_KINDS)
         self.cfg: DecoderConfig = weights["config"]
         self.linear = linear
@@ -75,7 +78,8 @@ class Decoder:
             ops = {}
             for name in LINEARS:
                 w = lw[name]
-                ops[name] = DenseTorch(w) if linear == "dense" else TiledCSLMatmul(w, kernel=kernel)
+                ops[name] = (DenseTorch(w, call=dense_call) if linear == "dense"
+                             else TiledCSLMatmul(w, kernel=kernel))
                 ops[name + "_bias"] = lw[name + "_bias"]
             self.layers.append(ops)
 

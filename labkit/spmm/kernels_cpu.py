@@ -2,20 +2,21 @@
 
 Two kernels read the same words:
 
-* ``"sparse"`` (gather-dot): each word is decoded once (two ANDs: the bf16 value is the high
-  half reinterpreted as fp32; the column is the low bits) and used for all N columns. For
-  N <= 4 the activations are read column-major so the vector loop runs over words with one
-  AVX-512 gather per column; for N >= 8 they are read row-major so one word broadcasts into a
-  vector over N. Work is proportional to the non-zeros.
+* ``"sparse"``: each word is decoded once (two ANDs: the bf16 value is the high half
+  reinterpreted as fp32; the column is the low bits) and used for all N columns. At N = 1 the
+  vector loop runs over words with one 32-bit-index gather of activations per 8 words; for
+  N >= 2 the activations are laid out in groups of 8 columns, (N/8, K, 8), so one word
+  multiplies one contiguous 8-float row (no gather at all; N = 2..7 pad the group with zeros,
+  which costs no extra memory traffic). Work is proportional to the non-zeros.
 * ``"dense_tile"`` (Flash-LLM's load-as-sparse, compute-as-dense): each tile is expanded into a
   small dense fp32 buffer, multiplied densely with the activation slice, and only the written
   entries are re-zeroed. Work is proportional to M*K*N, as on the GPU; on a CPU that only pays
   once N is large enough that the gather costs more than the wasted FMAs.
 
 Both run parallel over blocks of tile rows (numba prange), walking tile columns outermost inside
-a block so one (up to 8192-wide) activation slice stays in L1 across the block's tiles. N is rounded up
-to a power of two (1..64) and passed as a numba literal, so each count is compiled (and cached
-on disk) as a constant and inner loops unroll into vector code.
+a block so one (up to 8192-wide) activation slice stays in L1 across the block's tiles. N is
+rounded up to 1, 8, 16, 32 or 64 and passed as a numba literal, so each count is compiled (and
+cached on disk) as a constant.
 Accumulation is fp32; inputs may be bf16/fp16/fp32 and are widened to fp32 once per call.
 """
 
@@ -32,7 +33,7 @@ from labkit.spmm.tiled_csl import TiledCSL
 
 KERNELS = ("auto", "sparse", "dense_tile")
 MAX_N = 64
-_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+_BUCKETS = (1, 8, 16, 32, 64)
 #: Row tiles per parallel work item (8 rows each): 64 rows share one activation slice in L1.
 BLOCK_TILES = 8
 #: "auto" switches to the dense-tile kernel from this N on (set from `labkit bench spmm` runs on
@@ -84,34 +85,91 @@ def _row_dot1(wv, cmask, x):
     return s
 
 
-@njit(fastmath=True, boundscheck=False, inline="always", cache=True)
-def _row_dot2(wv, cmask, x0, x1):
-    s0 = np.float32(0.0)
-    s1 = np.float32(0.0)
-    for i in range(wv.shape[0]):
-        w = wv[i]
-        v = _u32_as_f32(w & _HI)
-        k = w & cmask
-        s0 += v * _ld(x0, k)
-        s1 += v * _ld(x1, k)
-    return s0, s1
+_F32 = ir.FloatType()
+_I32 = ir.IntType(32)
+_I64 = ir.IntType(64)
+_V8 = ir.VectorType(_F32, 8)
+_FAST = ("fast",)
 
 
-@njit(fastmath=True, boundscheck=False, inline="always", cache=True)
-def _row_dot4(wv, cmask, x0, x1, x2, x3):
-    s0 = np.float32(0.0)
-    s1 = np.float32(0.0)
-    s2 = np.float32(0.0)
-    s3 = np.float32(0.0)
-    for i in range(wv.shape[0]):
-        w = wv[i]
-        v = _u32_as_f32(w & _HI)
-        k = w & cmask
-        s0 += v * _ld(x0, k)
-        s1 += v * _ld(x1, k)
-        s2 += v * _ld(x2, k)
-        s3 += v * _ld(x3, k)
-    return s0, s1, s2, s3
+@intrinsic
+def _row_dot8(typingctx, wv, cmask, xg, xo):
+    """Return 8 sums over the words of `wv`: value * xg[xo + col, 0:8] (xg C-contiguous (K, 8)).
+
+    Written in LLVM IR because numba's vectoriser turns the natural loop into eight gathers:
+    here each word is decoded once, its 8-float activation row is one contiguous vector load,
+    and four vector accumulators hide the FMA latency.
+    """
+    if not (isinstance(wv, types.Array) and wv.dtype == types.uint32 and wv.ndim == 1 and wv.layout == "C"
+            and isinstance(xg, types.Array) and xg.dtype == types.float32 and xg.ndim == 2 and xg.layout == "C"):
+        return None
+    sig = types.UniTuple(types.float32, 8)(wv, cmask, xg, xo)
+
+    def codegen(context, builder, signature, args):
+        wa = context.make_array(signature.args[0])(context, builder, args[0])
+        xa = context.make_array(signature.args[2])(context, builder, args[2])
+        n = builder.extract_value(wa.shape, 0)
+        mask = args[1]
+        mask = builder.trunc(mask, _I32) if mask.type.width > 32 else builder.zext(mask, _I32) if mask.type.width < 32 else mask
+        base = builder.gep(xa.data, [builder.mul(args[3], ir.Constant(_I64, 8))])
+        zero = ir.Constant(_V8, [0.0] * 8)
+        undef = ir.Constant(_V8, ir.Undefined)
+        splat_mask = ir.Constant(ir.VectorType(_I32, 8), [0] * 8)
+        n4 = builder.and_(n, ir.Constant(_I64, ~3))
+        entry = builder.basic_block
+        loop = builder.append_basic_block("rd8.loop4")
+        tailh = builder.append_basic_block("rd8.tailh")
+        tail = builder.append_basic_block("rd8.tail")
+        done = builder.append_basic_block("rd8.done")
+
+        def term(i):
+            w = builder.load(builder.gep(wa.data, [i]))
+            val = builder.bitcast(builder.and_(w, ir.Constant(_I32, 0xFFFF0000)), _F32)
+            col = builder.zext(builder.and_(w, mask), _I64)
+            p = builder.gep(base, [builder.mul(col, ir.Constant(_I64, 8))])
+            xv = builder.load(builder.bitcast(p, _V8.as_pointer()), align=4)
+            sp = builder.shuffle_vector(builder.insert_element(undef, val, ir.Constant(_I32, 0)), undef, splat_mask)
+            return builder.fmul(sp, xv, flags=_FAST)
+
+        builder.cbranch(builder.icmp_signed(">", n4, ir.Constant(_I64, 0)), loop, tailh)
+        builder.position_at_end(loop)
+        i = builder.phi(_I64)
+        accs = [builder.phi(_V8) for _ in range(4)]
+        i.add_incoming(ir.Constant(_I64, 0), entry)
+        for a in accs:
+            a.add_incoming(zero, entry)
+        new = [builder.fadd(accs[u], term(builder.add(i, ir.Constant(_I64, u))), flags=_FAST) for u in range(4)]
+        i2 = builder.add(i, ir.Constant(_I64, 4))
+        i.add_incoming(i2, loop)
+        for a, b in zip(accs, new):
+            a.add_incoming(b, loop)
+        builder.cbranch(builder.icmp_signed("<", i2, n4), loop, tailh)
+        builder.position_at_end(tailh)
+        merged = []
+        for u in range(4):
+            ph = builder.phi(_V8)
+            ph.add_incoming(zero, entry)
+            ph.add_incoming(new[u], loop)
+            merged.append(ph)
+        acc0 = builder.fadd(builder.fadd(merged[0], merged[1], flags=_FAST), builder.fadd(merged[2], merged[3], flags=_FAST), flags=_FAST)
+        builder.cbranch(builder.icmp_signed("<", n4, n), tail, done)
+        builder.position_at_end(tail)
+        j = builder.phi(_I64)
+        ta = builder.phi(_V8)
+        j.add_incoming(n4, tailh)
+        ta.add_incoming(acc0, tailh)
+        tn = builder.fadd(ta, term(j), flags=_FAST)
+        j2 = builder.add(j, ir.Constant(_I64, 1))
+        j.add_incoming(j2, tail)
+        ta.add_incoming(tn, tail)
+        builder.cbranch(builder.icmp_signed("<", j2, n), tail, done)
+        builder.position_at_end(done)
+        res = builder.phi(_V8)
+        res.add_incoming(acc0, tailh)
+        res.add_incoming(tn, tail)
+        vals = [builder.extract_element(res, ir.Constant(_I32, u)) for u in range(8)]
+        return context.make_tuple(builder, signature.return_type, vals)
+    return sig, codegen
 
 
 @njit(parallel=True, fastmath=True, boundscheck=False, cache=True)
@@ -141,67 +199,9 @@ def _sparse_n1(words, toff, row_nnz, tr, tc, cmask_, gc, xt, y):
 
 
 @njit(parallel=True, fastmath=True, boundscheck=False, cache=True)
-def _sparse_n24(words, toff, row_nnz, tr, tc, cmask_, gc, xt, y, nb):
-    """Gather-dot for 2 or 4 columns: one decode, one gather per column, column-major x."""
-    literally(nb)
-    gr = row_nnz.shape[0] // gc
-    cmask = np.uint32(cmask_)
-    nblk = (gr + BLOCK_TILES - 1) // BLOCK_TILES
-    m = y.shape[0]
-    for b in prange(nblk):
-        g0 = b * BLOCK_TILES
-        g1 = min(gr, g0 + BLOCK_TILES)
-        acc = np.zeros(((g1 - g0) * tr, nb), np.float32)
-        for t in range(gc):
-            xo = t * tc
-            for g in range(g0, g1):
-                tile = g * gc + t
-                p = toff[tile]
-                for r in range(tr):
-                    c = np.int64(row_nnz[tile, r])
-                    if c:
-                        a = acc[(g - g0) * tr + r]
-                        if nb == 4:
-                            s0, s1, s2, s3 = _row_dot4(words[p:p + c], cmask, xt[0, xo:], xt[1, xo:],
-                                                                   xt[2, xo:], xt[3, xo:])
-                            a[0] += s0
-                            a[1] += s1
-                            a[2] += s2
-                            a[3] += s3
-                        else:
-                            s0, s1 = _row_dot2(words[p:p + c], cmask, xt[0, xo:], xt[1, xo:])
-                            a[0] += s0
-                            a[1] += s1
-                        p += c
-        for i in range(min(m - g0 * tr, (g1 - g0) * tr)):
-            for j in range(nb):
-                y[g0 * tr + i, j] = acc[i, j]
-
-
-@njit(fastmath=True, boundscheck=False, inline="always", cache=True)
-def _row_dot8(wv, cmask, xg):
-    """Eight columns at once: one decode per word, one 8-float activation row, eight FMAs that
-    stay in one vector register (scalar accumulators, so nothing aliases memory)."""
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
-    for i in range(wv.shape[0]):
-        w = wv[i]
-        v = _u32_as_f32(w & _HI)
-        r = xg[w & cmask]
-        s0 += v * r[0]
-        s1 += v * r[1]
-        s2 += v * r[2]
-        s3 += v * r[3]
-        s4 += v * r[4]
-        s5 += v * r[5]
-        s6 += v * r[6]
-        s7 += v * r[7]
-    return s0, s1, s2, s3, s4, s5, s6, s7
-
-
-@njit(parallel=True, fastmath=True, boundscheck=False, cache=True)
 def _sparse_nn(words, toff, row_nnz, tr, tc, cmask_, gc, xg, y, nb):
-    """Gather-free SpMM for nb >= 8 columns: x as (nb/8, K, 8) groups; each group's 8-float row
-    is read contiguously per word and broadcast-multiplied by the decoded value."""
+    """Gather-free SpMM for N >= 2 (nb = 8, 16, 32, 64): x as (nb/8, K, 8) column groups; each
+    word is decoded once per group and its group's 8-float activation row read as one vector."""
     literally(nb)
     gr = row_nnz.shape[0] // gc
     cmask = np.uint32(cmask_)
@@ -223,7 +223,7 @@ def _sparse_nn(words, toff, row_nnz, tr, tc, cmask_, gc, xg, y, nb):
                     a = acc[(g - g0) * tr + r]
                     wv = words[p:p + c]
                     for q in range(nb // 8):
-                        s0, s1, s2, s3, s4, s5, s6, s7 = _row_dot8(wv, cmask, xg[q, xo:])
+                        s0, s1, s2, s3, s4, s5, s6, s7 = _row_dot8(wv, cmask, xg[q], xo)
                         a[8 * q] += s0
                         a[8 * q + 1] += s1
                         a[8 * q + 2] += s2
@@ -319,14 +319,12 @@ def _run(kind: str, nb: int, w: TiledCSL, xk: np.ndarray, out: np.ndarray) -> No
         _call_literal(_dense_tile, args, nb)
     elif nb == 1:
         _sparse_n1(*args)
-    elif nb <= 4:
-        _call_literal(_sparse_n24, args, nb)
     else:
         _call_literal(_sparse_nn, args, nb)
 
 
 def bucket(n: int) -> int:
-    """Return the compiled column count used for N columns (the next power of two, <= 64)."""
+    """Return the compiled column count used for N columns: 1, or 8/16/32/64 (8-float groups)."""
     return next(b for b in _BUCKETS if b >= n)
 
 
@@ -371,9 +369,8 @@ def spmm(w: TiledCSL, x, *, kernel: str = "auto", out: np.ndarray | None = None)
     n = xn.shape[1]
     nb = bucket(n)
     kind = choose_kernel(n) if kernel == "auto" else kernel
-    if (kind == "sparse" and nb <= 4) or nb == 1:
-        xk = np.zeros((nb, k), np.float32)
-        xk[:n] = xn.T
+    if nb == 1:
+        xk = np.ascontiguousarray(xn.T)
     elif kind == "sparse":
         xk = np.zeros((nb // 8, k, 8), np.float32)   # column groups of 8, each (K, 8) contiguous
         for q in range(-(-n // 8)):
