@@ -143,19 +143,28 @@ class NeighborCache:
     stats: CacheStats = field(default_factory=CacheStats)
     features: np.ndarray | None = None
     feature_stats: CacheStats = field(default_factory=CacheStats)
+    reservation: object = None  # the MemoryBudget reservation backing this cache, if any
 
     @classmethod
-    def build(cls, csr: CSR, plan: CachePlan, features: np.ndarray | None = None) -> "NeighborCache":
+    def build(cls, csr: CSR, plan: CachePlan, features: np.ndarray | None = None, *,
+              budget=None) -> "NeighborCache":
         """Return a cache holding `plan.vertices`' out-neighbour lists copied from `csr`.
 
         With `features`, the same vertices' attribute rows are cached too (the vertices
         reached most often per byte are the same whether one fetches their lists or rows).
+        With a :class:`labkit.core.memory.MemoryBudget`, the bytes are reserved first and
+        BudgetExceeded is raised (nothing allocated) if they do not fit.
         """
+        if budget is not None:
+            deg = np.diff(csr.indptr)[plan.vertices]
+            need = int(deg.sum()) * csr.indices.itemsize + 8 * (len(plan.vertices) + 1) + \
+                (0 if features is None else len(plan.vertices) * features[:1].nbytes)
+            reservation = budget.reserve("importance cache", need)
         slot = np.full(csr.num_nodes, -1, np.int32 if csr.num_nodes < 2**31 else np.int64)
         slot[plan.vertices] = np.arange(len(plan.vertices))
         ptr, idx = gather_lists(csr.indptr, csr.indices, plan.vertices)
         x = None if features is None else np.ascontiguousarray(features[plan.vertices])
-        return cls(slot, ptr, idx, plan, features=x)
+        return cls(slot, ptr, idx, plan, features=x, reservation=reservation if budget is not None else None)
 
     @property
     def nbytes(self) -> int:
