@@ -5,7 +5,9 @@
   each partition is a :class:`PartitionServer` holding its vertices' out-edges and attributes
   (topology and attributes kept apart). Backends: ``"embedded"`` (servers are objects in this
   process) or ``"dask"`` (each server is a Dask actor on its own worker process, so a remote
-  fetch really is serialised and crosses a process boundary). An optional
+  fetch really is serialised and crosses a process boundary). The client may be one on a
+  :func:`local_cluster` or ``Client("tcp://scheduler:8786")`` for workers on several machines:
+  partition p goes to the p-th worker (round robin). An optional
   :class:`~labkit.graph.importance.NeighborCache` answers lookups for important vertices
   locally and only the misses go to the owners.
 - :class:`StoreSampler`: multi-hop NEIGHBORHOOD sampling over any store, using the same numba
