@@ -97,7 +97,7 @@ template <int NT>
 __device__ void spmm_body(const unsigned int* __restrict__ words, const long long* __restrict__ tile_offsets,
                           const __half* __restrict__ x, float* __restrict__ y, int M, int K, int ldx, int ldy,
                           int tiles_k) {
-    __shared__ __align__(16) Smem<NT> sm;
+    __shared__ __align__(128) Smem<NT> sm;  // wmma needs 32-byte aligned tile pointers
     const int tile_row = blockIdx.x;
     const int splits = gridDim.y;
     const int per = (tiles_k + splits - 1) / splits;
