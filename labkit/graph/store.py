@@ -27,6 +27,7 @@ from numba import njit
 from labkit.core.errors import LabkitError, bad_value, check_choice
 from labkit.graph.csr import CSR, check_node_ids
 from labkit.graph.importance import NeighborCache, gather_lists
+from labkit.graph.importance import _split as _split_hits
 from labkit.graph.partition import Partitioning
 from labkit.graph.sampling import MultiHopSample, _relabel, _reset, _sample_hop, check_fanout
 
@@ -142,6 +143,10 @@ class PartitionedStore:
 
     def _call(self, method: str, groups: dict[int, np.ndarray]) -> dict[int, object]:
         """Ask each partition in `groups` at once, then wait for all; any failure raises StoreError."""
+        return self._collect(method, groups, self._issue(method, groups))
+
+    def _issue(self, method: str, groups: dict[int, np.ndarray]) -> dict[int, object]:
+        """Send every partition its request without waiting (Dask calls return futures)."""
         pending = {}
         for p, ids in groups.items():
             self.stats.remote_calls += 1
@@ -150,6 +155,9 @@ class PartitionedStore:
                 pending[p] = getattr(self.servers[p], method)(ids)
             except Exception as e:  # noqa: BLE001 - re-raised with the partition named
                 raise self._error(p, method, ids, e) from e
+        return pending
+
+    def _collect(self, method: str, groups: dict[int, np.ndarray], pending: dict[int, object]) -> dict[int, object]:
         out = {}
         for p, res in pending.items():
             try:
@@ -177,19 +185,17 @@ class PartitionedStore:
         """Return (ptr, nbrs): out-neighbour lists of `ids` in order; cache hits stay local."""
         ids = check_node_ids("ids", ids, self.num_nodes).astype(np.int64, copy=False)
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (positions, ptr, nbrs)
-        miss_pos = np.arange(len(ids))
-        if self.cache is not None:
-            hit = self.cache.split(ids)
-            if hit.any():
-                hp = np.flatnonzero(hit)
-                parts.append((hp, *self.cache.lists(ids[hp])))
-                miss_pos = np.flatnonzero(~hit)
-        if len(miss_pos):
-            pos, groups = self._group(ids[miss_pos])
-            res = self._call("neighbors", groups)
-            for p, (ptr, nbrs) in res.items():
-                self.stats.remote_bytes += ptr.nbytes + nbrs.nbytes
-                parts.append((miss_pos[pos[p]], ptr, nbrs))
+        hit = self.cache.split(ids) if self.cache is not None else None
+        miss_pos = np.arange(len(ids)) if hit is None else np.flatnonzero(~hit)
+        # Misses go out first; the cache is read while they are in flight.
+        pos, groups = self._group(ids[miss_pos])
+        pending = self._issue("neighbors", groups)
+        if hit is not None and hit.any():
+            hp = np.flatnonzero(hit)
+            parts.append((hp, *self.cache.lists(ids[hp])))
+        for p, (ptr, nbrs) in self._collect("neighbors", groups, pending).items():
+            self.stats.remote_bytes += ptr.nbytes + nbrs.nbytes
+            parts.append((miss_pos[pos[p]], ptr, nbrs))
         counts = np.zeros(len(ids), np.int64)
         for where, ptr, _ in parts:
             counts[where] = np.diff(ptr)
@@ -207,16 +213,17 @@ class PartitionedStore:
             raise bad_value("features", None, "a store built with a feature matrix")
         ids = check_node_ids("ids", ids, self.num_nodes).astype(np.int64, copy=False)
         out = np.empty((len(ids), self.feature_dim), self.feature_dtype)
-        miss = np.arange(len(ids))
-        if self.cache is not None and self.cache.features is not None:
+        cached = self.cache is not None and self.cache.features is not None
+        hit = _split_hits(ids, self.cache.slot) if cached else None
+        miss = np.arange(len(ids)) if hit is None else np.flatnonzero(~hit)
+        pos, groups = self._group(ids[miss])
+        pending = self._issue("features", groups)  # in flight while cached rows are copied
+        if cached:
             hit, rows = self.cache.feature_rows(ids)
             out[hit] = rows
-            miss = np.flatnonzero(~hit)
-        if len(miss):
-            pos, groups = self._group(ids[miss])
-            for p, rows in self._call("features", groups).items():
-                self.stats.remote_bytes += rows.nbytes
-                out[miss[pos[p]]] = rows
+        for p, rows in self._collect("features", groups, pending).items():
+            self.stats.remote_bytes += rows.nbytes
+            out[miss[pos[p]]] = rows
         return out
 
     def close(self) -> None:
