@@ -148,6 +148,10 @@ def _decoder(b: Bench, st) -> None:
         b.record(f"spmm.e2e_tokens_per_s_dense_b{batch}", c.throughput(dense))
         if batch == 1:
             b.measure("spmm.e2e_tokens_speedup_s90_b1", r)
+            if r < 1.6:
+                b.note("spmm.e2e_tokens_speedup_s90_b1 missed: attention, LayerNorm and the LM head stay "
+                       "dense and do not shrink with sparsity (Amdahl), and each linear's speedup is the "
+                       "N=1 SpMM's above.")
     del models, weights
     _ = tokens_per_second  # the notebook's one-call measure; the bench times generate() directly
 
@@ -187,6 +191,18 @@ def bench(b: Bench) -> None:
     for j, shape in enumerate(st["extra"]):
         bytes_ratios.append(_n1_case(b, shape, 0.8, seed=200 + j, st=st, csr=False)["bytes_ratio"])
     b.measure("spmm.bytes_per_nnz_ratio", max(bytes_ratios))
+    for s, rs in per_s.items():
+        cid = f"spmm.speedup_dense_s{int(s * 100)}_n1"
+        if b.claims[cid].passed is False:
+            frac = _geomean([r["dense"] for r in rs]) / byte_bound_speedup(s)
+            b.note(f"{cid} missed ({b.claims[cid].measured:.2f}x vs >= {b.claims[cid].target}x): the kernel "
+                   f"reached {frac:.0%} of the {byte_bound_speedup(s):.1f}x byte bound; at N=1 it is limited by "
+                   "the activation gather (about one cycle per non-zero per core), not by memory, so the "
+                   "sparser the matrix the further it falls below the bound; run-to-run noise on the shared "
+                   "2-core machine is +-20% (see the min-max columns).")
+    if b.claims["spmm.speedup_csr_s80_n1"].passed is False:
+        b.note("spmm.speedup_csr_s80_n1 missed: the CSR baselines read 8 bytes per non-zero (fp32 value + "
+               "int32 index) against Tiled-CSL's 4, so the byte ratio alone caps the gain near 2x.")
     _sweep(b, st)
     _decoder(b, st)
     _gpu(b)
