@@ -176,7 +176,7 @@ class DatasetWriter:
         s = _Stream(self.dir / f"{key}.bin", dtype, row_shape)
         yield s
         if align:
-            pad = (-s.path.stat().st_size if False else -(s.rows * s.dtype.itemsize * int(np.prod(s.row_shape, dtype=np.int64)))) % align
+            pad = -(s.rows * s.dtype.itemsize * int(np.prod(s.row_shape, dtype=np.int64))) % align
             if pad:
                 s._fh.write(b"\0" * pad)
                 s._h.update(b"\0" * pad)
