@@ -135,7 +135,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         write_json(reports, args.json)
     if args.record:
         update_benchmarks_md(args.record, f"claims:{args.profile}",
-                             f"## Claims table (`labkit reproduce --profile {args.profile}`)\n\n{table}\n")
+                             f"## Claims table (`labkit reproduce --profile {args.profile}`)\n\n{table}\n", top=True)
         for rep in reports:
             update_benchmarks_md(args.record, f"{rep.system}:{rep.profile}", rep.to_markdown())
     return 1 if failures else 0

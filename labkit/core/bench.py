@@ -236,7 +236,9 @@ def claims_markdown(claims: Iterable[Claim], system_col: dict[str, str] | None =
     """Render claims as one Markdown table: id, claim, paper, measured, target, verdict."""
     rows = []
     for c in claims:
-        meas = "-" if c.measured is None else f"{_fmt_num(c.measured)}"
+        meas = "-" if c.measured is None else _fmt_num(c.measured)
+        if c.measured is not None and c.passed is not None and _OPS[c.op](float(meas.replace(",", "")), c.target) != c.passed:
+            meas = f"{c.measured:.5g}"  # rounding must not make a miss read like a pass
         tgt = "-" if c.target != c.target else f"{c.op} {_fmt_num(c.target)} {c.unit}".strip()
         row = [f"`{c.id}`", c.claim, c.paper, meas, tgt,
                c.verdict + (f" ({c.note})" if c.note and c.note != c.verdict else "")]
@@ -354,8 +356,11 @@ BEGIN = "<!-- labkit-bench:{key} begin -->"
 END = "<!-- labkit-bench:{key} end -->"
 
 
-def update_benchmarks_md(path: str, key: str, markdown: str) -> None:
-    """Replace (or append) the harness-owned section `key` of BENCHMARKS.md, atomically."""
+def update_benchmarks_md(path: str, key: str, markdown: str, *, top: bool = False) -> None:
+    """Replace the harness-owned section `key` of BENCHMARKS.md, atomically.
+
+    A new section is appended, or with `top` (the claims table) put right under the title.
+    """
     from pathlib import Path
 
     from labkit.core.atomic import atomic_write_text
@@ -367,6 +372,9 @@ def update_benchmarks_md(path: str, key: str, markdown: str) -> None:
         pre, rest = text.split(b, 1)
         _, post = rest.split(e, 1)
         text = pre + block + post
+    elif top and "<!-- labkit-bench:" in text:
+        first = text.index("<!-- labkit-bench:")
+        text = text[:first] + block + "\n\n" + text[first:]
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     atomic_write_text(p, text)

@@ -92,3 +92,16 @@ def test_update_benchmarks_md_replaces_only_its_section(tmp_path):
     text = p.read_text()
     assert "table A2" in text and "table B1" in text and "table A1" not in text
     assert text.count("labkit-bench:a:ci begin") == 1
+
+
+def test_rounding_never_makes_a_miss_read_like_a_pass():
+    md = claims_markdown([Claim("x", "y", "z", 1.7, measured=1.69587)])
+    assert "1.6959" in md and "miss" in md
+
+
+def test_claims_section_goes_to_the_top(tmp_path):
+    p = tmp_path / "B.md"
+    update_benchmarks_md(str(p), "sys:small", "system table")
+    update_benchmarks_md(str(p), "claims:small", "claims table", top=True)
+    text = p.read_text()
+    assert text.index("claims table") < text.index("system table")
