@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from labkit.core.errors import check_choice, check_range
-from labkit.core.machine import machine_info
+from labkit.core.machine import machine_info, reset_peak_rss, rss_bytes
 from labkit.core.profiles import check_profile
 
 _OPS = {">=": lambda m, t: m >= t, "<=": lambda m, t: m <= t, "==": lambda m, t: m == t}
@@ -59,31 +59,6 @@ class Claim:
         d = dataclasses.asdict(self)
         d["passed"] = self.passed
         return d
-
-
-def _peak_rss_reset() -> bool:
-    """Reset the kernel's peak-RSS mark for this process (Linux clear_refs 5); False if unsupported."""
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def _rss_fields() -> tuple[int, int]:
-    """Return (current RSS, peak RSS since last reset) in bytes from /proc/self/status."""
-    rss = hwm = 0
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    rss = int(line.split()[1]) * 1024
-                elif line.startswith("VmHWM:"):
-                    hwm = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return rss, hwm
 
 
 @dataclass
@@ -301,11 +276,11 @@ class Bench:
             for n in order:
                 if memory:
                     gc.collect()
-                    ok = _peak_rss_reset()
-                    before, _ = _rss_fields()
+                    ok = reset_peak_rss()
+                    before, _ = rss_bytes()
                 times[n].append(self._time(contenders[n], number[n]))
                 if memory and ok:
-                    _, hwm = _rss_fields()
+                    _, hwm = rss_bytes()
                     peak[n] = max(peak[n] or 0, hwm - before)
         comp = Comparison(case, times, peak if memory else {}, work, work_unit)
         self.comparisons.append(comp)

@@ -63,6 +63,31 @@ def gpu_info() -> dict | None:
             pass
 
 
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark for this process (Linux clear_refs 5); False if unsupported."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def rss_bytes() -> tuple[int, int]:
+    """Return (current RSS, peak RSS since the last reset) of this process in bytes; zeros if unknown."""
+    rss = hwm = 0
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith("VmHWM:"):
+                    hwm = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return rss, hwm
+
+
 def chromium_path() -> str | None:
     """Return the path of a Chromium binary on PATH, or None."""
     for name in ("chromium", "chromium-browser"):

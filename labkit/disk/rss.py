@@ -13,16 +13,9 @@ import subprocess
 import sys
 
 
-def _status(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def main(argv: list[str]) -> dict:
     profile, model, batches, fraction = argv[0], argv[1], int(argv[2]), float(argv[3])
+    from labkit.core.machine import reset_peak_rss, rss_bytes
     from labkit.core.memory import MemoryBudget
     from labkit.disk.system import open_system, presample, workload
 
@@ -31,9 +24,8 @@ def main(argv: list[str]) -> dict:
     pre_bytes = sum(b.nbytes for b in pre.batches)
     import gc
     gc.collect()
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")
-    base = _status("VmRSS")
+    reset_peak_rss()
+    base, _ = rss_bytes()
     budget = MemoryBudget(budget_bytes)
     s = open_system("caliex", ds, budget, cfg, pre=pre)
     try:
@@ -41,7 +33,7 @@ def main(argv: list[str]) -> dict:
         model_bytes = s.trainer.nbytes
     finally:
         s.close()
-    peak = _status("VmHWM")
+    _, peak = rss_bytes()
     out = {"baseline_rss": base, "peak_rss": peak, "growth": peak - base, "budget": budget.total,
            "budget_peak": budget.peak, "model": model_bytes, "presampled_batches_held": pre_bytes,
            "rest": peak - base - budget.peak - model_bytes}
