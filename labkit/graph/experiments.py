@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from labkit.core.bench import Bench
 from labkit.graph.csr import CSR, build_csr_chunked
 from labkit.graph.datasets import GraphData
 from labkit.graph.importance import NeighborCache, importance, plan_cache
@@ -71,13 +72,7 @@ def operator_throughput(csr: CSR, csc: CSR, *, batch: int = 1024, k: int = 10, r
         "NEGATIVE random": lambda: negative_sample(csr, rows, k, by="random").dst,
         "NEGATIVE in_degree (rejects neighbours)": lambda: negative_sample(csr, rows, k, by="in_degree").dst,
     }
-    out = []
-    for name, f in ops.items():
-        f()  # compile / warm
-        best = float("inf")
-        for _ in range(repeats):
-            t = time.perf_counter()
-            n = len(f())
-            best = min(best, time.perf_counter() - t)
-        out.append({"operator": name, "ids": n, "ids_per_s": n / max(best, 1e-9)})
-    return out
+    ids = {name: len(f()) for name, f in ops.items()}  # also compiles each kernel
+    c = Bench("graph", "ci", progress=False).compare(f"operators, {batch} seeds, k={k}", ops, repeats=repeats,
+                                                     warmup=0)
+    return [{"operator": name, "ids": n, "ids_per_s": n / max(c.median(name), 1e-9)} for name, n in ids.items()]
