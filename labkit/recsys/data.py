@@ -338,6 +338,14 @@ def _parse_cat(tok: str, spec: FieldSpec) -> int:
     return v
 
 
+def _bad_row(msg: str, on_error: str, stats, bar) -> None:
+    """Refuse a malformed row (MalformedRow) or count it and go on, as `on_error` says."""
+    if on_error == "raise":
+        bar.close()
+        raise MalformedRow(msg + " (pass on_error='skip' to skip and count such rows)") from None
+    stats.add_problem(msg)
+
+
 def read_criteo_tsv(path: str | os.PathLike, specs: Sequence[FieldSpec] | None = None, *,
                     batch_size: int = 4096, on_error: str = "skip", progress: bool = True,
                     stats: ReadStats | None = None) -> Iterator[JaggedBatch]:
@@ -387,11 +395,7 @@ def read_criteo_tsv(path: str | os.PathLike, specs: Sequence[FieldSpec] | None =
                         raise ValueError(str(e) if "field" in str(e) else
                                          f"{s.name}={tok!r} is not a hex id") from None
             except ValueError as e:
-                msg = f"{path.name} line {lineno}: {e}"
-                if on_error == "raise":
-                    bar.close()
-                    raise MalformedRow(msg + " (pass on_error='skip' to skip and count such rows)") from None
-                stats.add_problem(msg)
+                _bad_row(f"{path.name} line {lineno}: {e}", on_error, stats, bar)
                 continue
             labels.append(lab)
             dense.append(d)
@@ -459,11 +463,7 @@ def read_criteo_parquet(path: str | os.PathLike, specs: Sequence[FieldSpec] | No
                             v = int(hash_ids(np.array([v], np.int64), s.cardinality)[0])
                         c.append(v)
             except (ValueError, TypeError) as e:
-                msg = f"{Path(path).name} row {row0 + i + 1}: {e}"
-                if on_error == "raise":
-                    bar.close()
-                    raise MalformedRow(msg + " (pass on_error='skip' to skip and count such rows)") from None
-                stats.add_problem(msg)
+                _bad_row(f"{Path(path).name} row {row0 + i + 1}: {e}", on_error, stats, bar)
                 continue
             labels.append(lab)
             dense.append(d)
