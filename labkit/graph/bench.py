@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
 
 # On a shared, oversubscribed machine, OpenMP threads that spin at barriers starve the thread
 # doing the work (torch's and numba's both; measured: torch's sampler 0.1 -> 7.6M edges/s).
@@ -210,30 +212,60 @@ def bench_cache(b: Bench, profile: str, workers: int, batches: int, repeats: int
             def f():
                 epoch["n"] += 1
                 st = stores[key]
+                st.stats.reset()
                 r = train_epoch(model, opt, StoreSampler(st), st, g.train, g.labels, [10, 5], 512,
                                 epoch=epoch["n"], max_batches=batches)
-                results[key].append(r)
+                results[key].append((r, dataclasses.replace(st.stats)))
             return f
 
         c = b.compare(f"epoch of {batches} batches x 512, [10, 5], {workers} Dask partition workers",
                       {"cache_off": run("cache_off"), "cache_on": run("cache_on")}, repeats=repeats, warmup=1)
-        b.measure("graph.cache_epoch_speedup", c.ratio("cache_off", "cache_on"))
+        speedup = c.ratio("cache_off", "cache_on")
+        b.measure("graph.cache_epoch_speedup", speedup)
         b.measure("graph.cache_hit_rate", cache.stats.hit_rate)
         b.record("graph.cache_feature_hit_rate", cache.feature_stats.hit_rate)
-        for k, rs in results.items():
+        # The fixed price of a round: every partition asked, nothing fetched.
+        st = stores["cache_off"]
+        pings = []
+        for _ in range(20):
+            t = time.perf_counter()
+            st.ping()
+            pings.append(time.perf_counter() - t)
+        ping_ms = 1e3 * float(np.median(pings))
+        b.record("graph.ping_round_ms", ping_ms)
+        per = {}
+        for k, runs in results.items():
+            runs = runs[1:]  # the first epoch was the harness's warm-up (workers load their kernels)
+            rs = [r for r, _ in runs]
+
+            def per_batch(f):
+                return float(np.median([f(r, st) / max(1, r.batches) for r, st in runs]))
+            per[k] = {"epoch_ms": 1e3 * c.median(k) / max(1, rs[0].batches),
+                      "wait_ms": 1e3 * per_batch(lambda r, st: st.wait_s),
+                      "calls": per_batch(lambda r, st: st.remote_calls), "rounds": per_batch(lambda r, st: st.rounds),
+                      "ids": per_batch(lambda r, st: st.remote_ids),
+                      "kib": per_batch(lambda r, st: st.remote_bytes / 2**10),
+                      "skipped": per_batch(lambda r, st: st.calls_skipped),
+                      "train_ms": 1e3 * per_batch(lambda r, st: r.train_s)}
             b.record(f"graph.epoch_{k}_sample_s", float(np.median([r.sample_s for r in rs])))
+            b.record(f"graph.epoch_{k}_gather_s", float(np.median([r.gather_s for r in rs])))
             b.record(f"graph.epoch_{k}_train_s", float(np.median([r.train_s for r in rs])))
-        off, on = stores["cache_off"].stats, stores["cache_on"].stats
-        saved = 1 - on.remote_bytes / max(1, off.remote_bytes)
-        b.record("graph.remote_ids_saved_fraction", 1 - on.remote_ids / max(1, off.remote_ids))
-        b.record("graph.remote_bytes_saved_fraction", saved)
-        b.record("graph.remote_calls_per_batch_cache_off", off.remote_calls / max(1, sum(r.batches for r in results["cache_off"])))
-        b.record("graph.remote_calls_per_batch_cache_on", on.remote_calls / max(1, sum(r.batches for r in results["cache_on"])))
-        if c.ratio("cache_off", "cache_on") < 1.4:
-            b.note(f"cache: the importance cache kept {saved:.0%} of remote bytes local, but the round trips "
-                   f"stay at {on.remote_calls / max(1, sum(r.batches for r in results['cache_on'])):.0f} per batch "
-                   "(every hop still has a miss on every partition), and over loopback a remote byte costs "
-                   "about what the local cache lookup replacing it costs; AliGraph's gain needs a real network.")
+            for m in ("wait_ms", "calls", "rounds", "ids", "kib"):
+                b.record(f"graph.remote_{m}_per_batch_{k}", per[k][m])
+        b.record("graph.remote_calls_skipped_per_batch_cache_on", per["cache_on"]["skipped"])
+        off, on = per["cache_off"], per["cache_on"]
+        b.record("graph.remote_ids_saved_fraction", 1 - on["ids"] / max(1e-9, off["ids"]))
+        b.record("graph.remote_bytes_saved_fraction", 1 - on["kib"] / max(1e-9, off["kib"]))
+        b.log(" ".join(f"{k}: {v['epoch_ms']:.1f} ms/batch, wait {v['wait_ms']:.1f} ms, {v['calls']:.1f} calls, "
+                       f"{v['ids']:.0f} ids, {v['kib']:.0f} KiB;" for k, v in per.items()) + f" ping round {ping_ms:.2f} ms")
+        if speedup < 1.4:
+            need = off["epoch_ms"] * (1 - 1 / 1.4)
+            b.note(f"cache: hits kept {1 - on['ids'] / max(1e-9, off['ids']):.0%} of remote ids and "
+                   f"{1 - on['kib'] / max(1e-9, off['kib']):.0%} of bytes local (remote wait {off['wait_ms']:.1f} ms "
+                   f"per batch off, {on['wait_ms']:.1f} on), but 1.4x needs {need:.1f} ms saved of "
+                   f"{off['epoch_ms']:.1f}: the calls stay at {on['calls']:.0f} per batch ({on['skipped']:.1f} skipped; "
+                   f"every round has misses on every partition), a round costs {ping_ms:.1f} ms over loopback with no "
+                   f"data at all, and training takes {on['train_ms']:.1f} ms per batch in both.")
     finally:
         close_cluster(client)
 

@@ -97,6 +97,34 @@ def _split(ids, slot):
 
 
 @njit(nogil=True, cache=True)
+def _cached_lengths(ids, hit_pos, slot, cptr, counts):
+    for i in hit_pos:
+        s = slot[ids[i]]
+        counts[i] = cptr[s + 1] - cptr[s]
+
+
+@njit(nogil=True, cache=True)
+def _place_cached(ids, hit_pos, slot, cptr, cidx, out_ptr, out):
+    n = 0
+    for i in hit_pos:
+        s = slot[ids[i]]
+        lo, q = cptr[s], out_ptr[i]
+        d = cptr[s + 1] - lo
+        for j in range(d):
+            out[q + j] = cidx[lo + j]
+        n += d
+    return n
+
+
+@njit(nogil=True, cache=True)
+def _place_rows(ids, hit_pos, slot, rows, out):
+    for i in hit_pos:
+        s = slot[ids[i]]
+        for j in range(rows.shape[1]):
+            out[i, j] = rows[s, j]
+
+
+@njit(nogil=True, cache=True)
 def _list_ptr(indptr, rows):
     ptr = np.empty(len(rows) + 1, np.int64)
     ptr[0] = 0
@@ -195,6 +223,22 @@ class NeighborCache:
         h = int(hit.sum())
         self.stats.hits += h
         return hit
+
+    def list_lengths(self, ids: np.ndarray, hit_pos: np.ndarray, counts: np.ndarray) -> None:
+        """Write the cached list length of ids[i] into counts[i] for every i in `hit_pos` (all must hit)."""
+        _cached_lengths(ids, hit_pos, self.slot, self.indptr, counts)
+
+    def place_lists(self, ids: np.ndarray, hit_pos: np.ndarray, out_ptr: np.ndarray, out: np.ndarray) -> None:
+        """Copy the cached list of ids[i] into out[out_ptr[i]:out_ptr[i + 1]] for every i in `hit_pos`."""
+        n = _place_cached(ids, hit_pos, self.slot, self.indptr, self.indices, out_ptr, out)
+        self.stats.bytes_saved += n * self.indices.itemsize + 8 * len(hit_pos)
+
+    def place_feature_rows(self, ids: np.ndarray, hit_pos: np.ndarray, out: np.ndarray) -> None:
+        """Copy the cached attribute row of ids[i] into out[i] for every i in `hit_pos` (and count the lookups)."""
+        _place_rows(ids, hit_pos, self.slot, self.features, out)
+        self.feature_stats.lookups += len(ids)
+        self.feature_stats.hits += len(hit_pos)
+        self.feature_stats.bytes_saved += len(hit_pos) * out[:1].nbytes
 
     def lists(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Return (ptr, nbrs) for cached `ids` (all must hit)."""

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import time
+
 import numpy as np
 from numba import njit
 
@@ -40,14 +42,24 @@ class StoreError(LabkitError):
 
 @dataclass
 class FetchStats:
-    """What went over the wire: calls to partition servers, ids asked for, bytes returned."""
+    """What went over the wire: request rounds, calls to partition servers, ids asked for, bytes returned.
+
+    A *round* is one batch of requests sent to every partition that has misses, then waited
+    for; ``wait_s`` is the time spent blocked on the replies (the remote fetch time);
+    ``calls_skipped`` counts partitions that owned some requested ids but got no call because
+    the cache served all of them.
+    """
 
     remote_calls: int = 0
     remote_ids: int = 0
     remote_bytes: int = 0
+    rounds: int = 0
+    calls_skipped: int = 0
+    wait_s: float = 0.0
 
     def reset(self) -> None:
-        self.remote_calls = self.remote_ids = self.remote_bytes = 0
+        self.remote_calls = self.remote_ids = self.remote_bytes = self.rounds = self.calls_skipped = 0
+        self.wait_s = 0.0
 
 
 class LocalStore:
@@ -122,6 +134,7 @@ class PartitionedStore:
         self.num_nodes, self.backend, self.client = csr.num_nodes, backend, client
         self.partitioning, self.owner = partitioning, partitioning.owner
         self.cache, self.labels = cache, labels
+        self.indices_dtype = csr.indices.dtype
         self.feature_dim = None if features is None else features.shape[1]
         self.feature_dtype = None if features is None else features.dtype
         self.stats = FetchStats()
@@ -148,6 +161,7 @@ class PartitionedStore:
     def _issue(self, method: str, groups: dict[int, np.ndarray]) -> dict[int, object]:
         """Send every partition its request without waiting (Dask calls return futures)."""
         pending = {}
+        self.stats.rounds += bool(groups)
         for p, ids in groups.items():
             self.stats.remote_calls += 1
             self.stats.remote_ids += len(ids)
@@ -159,12 +173,31 @@ class PartitionedStore:
 
     def _collect(self, method: str, groups: dict[int, np.ndarray], pending: dict[int, object]) -> dict[int, object]:
         out = {}
-        for p, res in pending.items():
-            try:
-                out[p] = res.result(timeout=60) if self.backend == "dask" else res
-            except Exception as e:  # noqa: BLE001
-                raise self._error(p, method, groups[p], e) from e
+        t = time.perf_counter()
+        try:
+            for p, res in pending.items():
+                try:
+                    out[p] = res.result(timeout=60) if self.backend == "dask" else res
+                except Exception as e:  # noqa: BLE001
+                    raise self._error(p, method, groups[p], e) from e
+        finally:
+            self.stats.wait_s += time.perf_counter() - t
         return out
+
+    def _count_skipped(self, ids: np.ndarray, groups: dict[int, np.ndarray]) -> None:
+        owners = np.bincount(self.owner[ids], minlength=self.partitioning.num_parts)
+        self.stats.calls_skipped += int(np.count_nonzero(owners)) - len(groups)
+
+    def ping(self) -> list[int]:
+        """Return every partition's id, asked of all servers in one round (a health check; no data moves)."""
+        groups = {p: np.empty(0, np.int64) for p in range(len(self.servers))}
+        pending = {}
+        for p in groups:
+            try:
+                pending[p] = self.servers[p].ping()
+            except Exception as e:  # noqa: BLE001
+                raise self._error(p, "ping", groups[p], e) from e
+        return [int(v) for v in self._collect("ping", groups, pending).values()]
 
     def _error(self, p: int, method: str, ids: np.ndarray, e: Exception) -> StoreError:
         return StoreError(f"partition {p} (worker {self.addresses[p]}) failed on {method} of {len(ids)} "
@@ -182,45 +215,57 @@ class PartitionedStore:
         return pos, groups
 
     def neighbors(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Return (ptr, nbrs): out-neighbour lists of `ids` in order; cache hits stay local."""
+        """Return (ptr, nbrs): out-neighbour lists of `ids` in order; cache hits stay local.
+
+        One round: a single call per partition with misses (none to a partition whose ids all hit).
+        """
         ids = check_node_ids("ids", ids, self.num_nodes).astype(np.int64, copy=False)
-        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (positions, ptr, nbrs)
-        hit = self.cache.split(ids) if self.cache is not None else None
-        miss_pos = np.arange(len(ids)) if hit is None else np.flatnonzero(~hit)
-        # Misses go out first; the cache is read while they are in flight.
+        cache = self.cache
+        if cache is None:
+            miss_pos = np.arange(len(ids))
+        else:
+            hit = cache.split(ids)
+            miss_pos = np.flatnonzero(~hit)
         pos, groups = self._group(ids[miss_pos])
+        if cache is not None:
+            self._count_skipped(ids, groups)
         pending = self._issue("neighbors", groups)
-        if hit is not None and hit.any():
-            hp = np.flatnonzero(hit)
-            parts.append((hp, *self.cache.lists(ids[hp])))
-        for p, (ptr, nbrs) in self._collect("neighbors", groups, pending).items():
-            self.stats.remote_bytes += ptr.nbytes + nbrs.nbytes
-            parts.append((miss_pos[pos[p]], ptr, nbrs))
+        # The misses are in flight while the cached lengths are read.
         counts = np.zeros(len(ids), np.int64)
-        for where, ptr, _ in parts:
-            counts[where] = np.diff(ptr)
+        if cache is not None:
+            hit_pos = np.flatnonzero(hit)
+            cache.list_lengths(ids, hit_pos, counts)
+        replies = self._collect("neighbors", groups, pending)
+        for p, (ptr, nbrs) in replies.items():
+            self.stats.remote_bytes += ptr.nbytes + nbrs.nbytes
+            counts[miss_pos[pos[p]]] = np.diff(ptr)
         out_ptr = np.zeros(len(ids) + 1, np.int64)
         np.cumsum(counts, out=out_ptr[1:])
-        dtype = parts[0][2].dtype if parts else np.int64
-        out = np.empty(int(out_ptr[-1]), dtype)
-        for where, ptr, nbrs in parts:
-            _place(out_ptr, where.astype(np.int64), ptr, nbrs, out)
+        out = np.empty(int(out_ptr[-1]), self.indices_dtype)
+        if cache is not None:
+            cache.place_lists(ids, hit_pos, out_ptr, out)
+        for p, (ptr, nbrs) in replies.items():
+            _place(out_ptr, miss_pos[pos[p]], ptr, nbrs, out)
         return out_ptr, out
 
     def features(self, ids: np.ndarray) -> np.ndarray:
-        """Return feature rows of `ids`, fetched from their owners."""
+        """Return feature rows of `ids`, fetched from their owners (cached rows copied locally)."""
         if self.feature_dim is None:
             raise bad_value("features", None, "a store built with a feature matrix")
         ids = check_node_ids("ids", ids, self.num_nodes).astype(np.int64, copy=False)
         out = np.empty((len(ids), self.feature_dim), self.feature_dtype)
         cached = self.cache is not None and self.cache.features is not None
-        hit = _split_hits(ids, self.cache.slot) if cached else None
-        miss = np.arange(len(ids)) if hit is None else np.flatnonzero(~hit)
-        pos, groups = self._group(ids[miss])
-        pending = self._issue("features", groups)  # in flight while cached rows are copied
         if cached:
-            hit, rows = self.cache.feature_rows(ids)
-            out[hit] = rows
+            hit = _split_hits(ids, self.cache.slot)
+            miss = np.flatnonzero(~hit)
+        else:
+            miss = np.arange(len(ids))
+        pos, groups = self._group(ids[miss])
+        if cached:
+            self._count_skipped(ids, groups)
+        pending = self._issue("features", groups)
+        if cached:  # copied while the misses are in flight
+            self.cache.place_feature_rows(ids, np.flatnonzero(hit), out)
         for p, rows in self._collect("features", groups, pending).items():
             self.stats.remote_bytes += rows.nbytes
             out[miss[pos[p]]] = rows
@@ -279,7 +324,7 @@ def local_cluster(n_workers: int, **kw):
     from dask.distributed import Client, LocalCluster
     cluster = LocalCluster(host="127.0.0.1", n_workers=n_workers, threads_per_worker=1, processes=True,
                            dashboard_address=None, **kw)
-    return Client(cluster)
+    return Client(cluster, direct_to_workers=True)
 
 
 def close_cluster(client) -> None:

@@ -74,6 +74,24 @@ def test_partitioned_store_embedded_with_cache(g):
             assert s.nodes[c] in csr.neighbors(s.nodes[r])
     with pytest.raises(ValueError, match=r"ids\[1\]=99999"):
         st.neighbors(np.array([1, 99999]))
+    # A partition whose requested ids all hit the cache gets no call at all.
+    hot = cache.plan.vertices[:40]
+    st.stats.reset()
+    ptr, nbrs = st.neighbors(hot)
+    assert st.stats.remote_calls == 0 and st.stats.rounds == 0
+    assert st.stats.calls_skipped == len(np.unique(part.owner[hot]))
+    ref_ptr, ref = LocalStore(csr).neighbors(hot)
+    assert np.array_equal(ptr, ref_ptr) and np.array_equal(nbrs, ref)
+    mixed = np.concatenate([hot[:3], np.flatnonzero(cache.slot < 0)[:5]])
+    st.stats.reset()
+    st.neighbors(mixed)
+    assert st.stats.rounds == 1 and st.stats.remote_ids == 5 and st.stats.wait_s >= 0
+    # Attribute rows ride along: cached rows are copied locally, misses fetched, order kept.
+    fcache = NeighborCache.build(csr, cache.plan, x)
+    fst = PartitionedStore(csr, part, x, cache=fcache)
+    _check_store(fst, csr, x)
+    assert 0 < fcache.feature_stats.hits < fcache.feature_stats.lookups == 500
+    assert np.array_equal(fst.features(hot), x[hot]) and fst.stats.calls_skipped > 0
 
 
 @pytest.mark.dask
