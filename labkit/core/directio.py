@@ -6,8 +6,11 @@ one file (rows of a matrix, neighbour lists of a CSR); the engine
 1. maps every extent to the 4 KiB pages it touches, so extents that share a page read it once;
 2. coalesces runs of needed pages whose gap is at most ``gap_pages`` into one request (a gap of
    "infinity" is a sequential sweep of the region, cut into ``sweep_request`` sized requests);
-3. issues the requests from a pool of ``queue_depth`` threads (``os.preadv`` releases the GIL),
-   into page-aligned staging memory charged to a :class:`~labkit.core.memory.MemoryBudget`;
+3. issues the requests from a pool of ``queue_depth`` threads, each running a compiled loop of
+   ``pread(2)`` calls (numba calling libc, no GIL held: about 6 us of CPU per request instead
+   of about 20 us through ``os.preadv`` from Python, which made small random reads CPU-bound on
+   a 2-core machine), into page-aligned staging memory charged to a
+   :class:`~labkit.core.memory.MemoryBudget`;
 4. copies each extent out of the staging buffer into the caller's output, in the caller's order.
 
 Counters record requests, bytes read from the device and bytes the caller actually needed, so
@@ -23,6 +26,7 @@ with ``fallback=True`` reads through the page cache and drops the pages after ev
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import mmap
 import os
@@ -116,6 +120,33 @@ def _plan(starts, lengths, order, page, gap_pages, max_run_pages):
     if nr >= 0:
         run_pages[nr] = cur1 - cur0 + 1
     return run_page[:nr + 1], run_pages[:nr + 1], ext_run, ext_off
+
+
+def _libc_pread():
+    """libc's pread(fd, buf, count, offset) as a ctypes function numba can call, or None."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        f = libc.pread
+    except (OSError, AttributeError):  # pragma: no cover - non-glibc platforms
+        return None
+    f.restype = ctypes.c_ssize_t
+    f.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64]
+    return f
+
+
+_pread = _libc_pread()
+
+if _pread is not None:
+    @numba.njit(nogil=True)
+    def _pread_runs(fd, base, offs, lens, bases, want, first, step):
+        """pread runs first, first + step, ... into base + bases[i]; return the first short run or -1."""
+        for i in range(first, offs.shape[0], step):
+            got = _pread(fd, base + bases[i], lens[i], offs[i])
+            if got < want[i]:
+                return i
+        return -1
+else:  # pragma: no cover
+    _pread_runs = None
 
 
 @numba.njit(cache=True, nogil=True)
@@ -332,20 +363,38 @@ class DirectFile:
     def _read_runs(self, run_page: np.ndarray, run_pages: np.ndarray, run_base: np.ndarray) -> None:
         n = run_page.size
         qd = min(self.queue_depth, n)
-        mv = memoryview(self._mm)
-        offs = (run_page * PAGE).tolist()
-        lens = (run_pages * PAGE).tolist()
-        bases = run_base.tolist()
-        fd, direct, size = self._fd, self.direct, self.size
+        offs = np.ascontiguousarray(run_page * PAGE, np.int64)
+        lens = np.ascontiguousarray(run_pages * PAGE, np.int64)
+        bases = np.ascontiguousarray(run_base, np.int64)
+        want = np.minimum(lens, self.size - offs)
+        fd, direct = self._fd, self.direct
+        if direct and _pread_runs is not None:
+            addr = self._staging.ctypes.data
 
-        def worker(w: int) -> None:
-            for i in range(w, n, qd):
-                want = min(lens[i], size - offs[i])
-                got = os.preadv(fd, [mv[bases[i]:bases[i] + lens[i]]], offs[i])
-                if got < want:
-                    raise OSError(errno.EIO, f"short read at {offs[i]} of {self.path}")
-                if not direct:
-                    os.posix_fadvise(fd, offs[i], lens[i], os.POSIX_FADV_DONTNEED)
+            def worker(w: int) -> None:
+                bad = _pread_runs(fd, addr, offs, lens, bases, want, w, qd)
+                if bad >= 0:
+                    # Redo the failing request from Python for the OS error (or report it short).
+                    mv = memoryview(self._mm)
+                    i = int(bad)
+                    got = os.preadv(fd, [mv[int(bases[i]):int(bases[i] + lens[i])]], int(offs[i]))
+                    if got < want[i]:
+                        raise OSError(errno.EIO, f"short read at {int(offs[i])} of {self.path}")
+                    mv.release()
+                    w2 = _pread_runs(fd, addr, offs, lens, bases, want, i + qd, qd)
+                    if w2 >= 0:
+                        raise OSError(errno.EIO, f"short read at {int(offs[w2])} of {self.path}")
+        else:
+            mv = memoryview(self._mm)
+            offl, lenl, basel, wantl = offs.tolist(), lens.tolist(), bases.tolist(), want.tolist()
+
+            def worker(w: int) -> None:
+                for i in range(w, n, qd):
+                    got = os.preadv(fd, [mv[basel[i]:basel[i] + lenl[i]]], offl[i])
+                    if got < wantl[i]:
+                        raise OSError(errno.EIO, f"short read at {offl[i]} of {self.path}")
+                    if not direct:
+                        os.posix_fadvise(fd, offl[i], lenl[i], os.POSIX_FADV_DONTNEED)
 
         if qd == 1:
             worker(0)
