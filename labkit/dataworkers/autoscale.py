@@ -6,10 +6,17 @@ stall time (waiting for data) and the queue of ready batches. Each decision is j
 fresh window after the change has warmed up; a step that does not pay is reverted and becomes a
 ceiling (or floor), so the count settles instead of oscillating. A sustained change in the
 measured rate (the job or the machine changed) lifts the ceiling and floor again.
+
+A throughput model gates the climb, as in FastFlow: when the job's own processes (the trainer
+and its data workers) already keep nearly every CPU it may use busy, another worker cannot add
+throughput, only time-slice the same cores (more context switches, colder caches), so the
+autoscaler holds; and with more workers than CPUs on a saturated machine it probes one fewer.
+Where the job's CPU time cannot be read (a Dask pool, a stand-in job) the climb is ungated.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -27,6 +34,30 @@ class Window:
     stall: float
     queue_depth: float
     action: str
+    cpu: float | None = None  # CPUs the job kept busy in this window (None where unknown)
+
+
+class JobCpu:
+    """CPUs a job keeps busy between samples: this process plus the pool's live worker processes."""
+
+    def __init__(self, pool: Any, *, clock: Callable[[], float] = time.perf_counter,
+                 own_cpu: Callable[[], float] = time.process_time) -> None:
+        self.pool, self.clock, self.own_cpu = pool, clock, own_cpu
+        self._last: tuple[float, float, dict[int, float]] | None = None
+
+    def sample(self) -> float | None:
+        """Cores used since the previous call (None on the first call or where unknown)."""
+        probe = getattr(self.pool, "cpu_seconds", None)
+        if not callable(probe):
+            return None  # a pool whose workers' CPU time cannot be read: the gate is off
+        workers = dict(probe())
+        now, own = self.clock(), self.own_cpu()
+        last, self._last = self._last, (now, own, workers)
+        if last is None or not workers or now <= last[0]:
+            return None
+        # Only workers seen at both ends count: one that started or exited in between is partial.
+        used = own - last[1] + sum(t - last[2][pid] for pid, t in workers.items() if pid in last[2])
+        return max(0.0, used / (now - last[0]))
 
 
 @dataclass
@@ -45,6 +76,9 @@ class Autoscaler:
     drift: float = 0.4
     probe_windows: int = 2
     reprobe_windows: int = 10
+    cpus: float | None = None  # CPUs the job may use (default: those this process may run on)
+    saturation: float = 0.85  # the job is CPU-bound when it keeps this share of `cpus` busy
+    job_cpu: Any = None  # has .sample() -> CPUs busy since the last call; default JobCpu(pool)
     history: list[Window] = field(default_factory=list)
     clock: Callable[[], float] = time.perf_counter
 
@@ -55,6 +89,13 @@ class Autoscaler:
         check_range("max_workers", self.max_workers, self.min_workers, integer=True)
         check_range("window_s", self.window_s, 0, lo_open=True)
         check_range("gain", self.gain, 0, 1)
+        check_range("saturation", self.saturation, 0, 1, lo_open=True)
+        if self.cpus is None:
+            self.cpus = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        check_range("cpus", self.cpus, 0, lo_open=True)
+        self._cpu = self.job_cpu if self.job_cpu is not None else JobCpu(self.pool)
+        self._cpu.sample()  # the baseline the first window is measured against
+        self._busy: float | None = None
         self._t0 = self.clock()
         self._reset_window(self.clock())
         self._probe: tuple[str, int, float] | None = None  # (direction, workers before, rate before)
@@ -100,8 +141,9 @@ class Autoscaler:
         rate = self._w_batches / elapsed
         stall = min(1.0, self._w_stall / elapsed)
         depth = self._w_depth / max(self._w_n, 1)
+        self._busy = self._cpu.sample()
         action = self._decide(rate, stall, depth)
-        self.history.append(Window(now - self._t0, self.workers, rate, stall, depth, action))
+        self.history.append(Window(now - self._t0, self.workers, rate, stall, depth, action, self._busy))
         # A new worker needs a moment to start: do not judge it on its first batches.
         self._reset_window(now + (self.warmup_s if action in ("add", "remove", "revert") else 0.0))
         if action in ("add", "remove"):
@@ -109,6 +151,11 @@ class Autoscaler:
 
     def _set(self, n: int) -> None:
         self.pool.set_target(int(n))
+
+    @property
+    def cpu_bound(self) -> bool:
+        """The last window's job kept nearly all of its CPUs busy (False where unknown)."""
+        return self._busy is not None and self._busy >= self.saturation * float(self.cpus)
 
     def _decide(self, rate: float, stall: float, depth: float) -> str:
         w = self.workers
@@ -151,6 +198,12 @@ class Autoscaler:
         grown = self._maybe_grow(w, rate, stall)
         if grown:
             return grown
+        if self.cpu_bound and w > self.cpus and w > self._floor:
+            # More workers than CPUs and every CPU busy: one fewer may do the same work with
+            # less time-slicing. The probe keeps it only if the rate holds.
+            self._start_probe("down", w)
+            self._set(w - 1)
+            return "remove"
         if stall < self.stall_lo and depth >= 1.0 and w > self._floor:
             self._start_probe("down", w)
             self._set(w - 1)
@@ -166,13 +219,13 @@ class Autoscaler:
         self._probe_rates = []
 
     def _maybe_grow(self, w: int, rate: float, stall: float) -> str:
-        if stall > self.stall_hi and w < self._ceiling:
+        if stall > self.stall_hi and w < self._ceiling and not self.cpu_bound:
             if not self._here:
                 self._here = [rate]
             self._start_probe("up", w)
             self._set(w + 1)
             return "add"
-        if stall <= self.stall_hi:
+        if stall <= self.stall_hi or self.cpu_bound:
             self._settle(rate)
         return ""
 

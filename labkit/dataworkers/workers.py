@@ -56,6 +56,19 @@ class PoolStats:
         return d
 
 
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid` from /proc (None where /proc is missing or it has exited)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _worker_main(wid: int, conn: Any, part: Callable[[list[int]], Any]) -> None:
     """A data worker's loop: receive (seq, keys, slot, slot_bytes, delay), compute, reply."""
     import torch
@@ -186,6 +199,10 @@ class ProcessWorkerPool:
         with contextlib.suppress(ProcessLookupError):
             os.kill(w.proc.pid, signal.SIGKILL)
         return w.wid
+
+    def cpu_seconds(self) -> dict[int, float]:
+        """CPU seconds (user + system) used so far by each live worker, by process id ({} off Linux)."""
+        return {pid: t for pid in self.pids().values() if (t := process_cpu_seconds(pid)) is not None}
 
     def slow_down(self, wid: int, seconds: float) -> None:
         """Fault injection: make worker `wid` sleep `seconds` before each batch (0 to undo)."""

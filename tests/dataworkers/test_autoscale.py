@@ -86,3 +86,85 @@ def test_a_step_judged_on_a_noisy_window_is_retried():
     assert job.target == 2 and any(h.action == "revert" for h in s.history)
     job.drive(s, 40.0)
     assert job.target == 3
+
+
+class CpuBoundJob(FakeJob):
+    """A job on a `cpus`-CPU machine: each batch costs 1/per_worker CPU-s in a worker plus `step_cpu`
+    in the trainer; workers beyond the CPUs only time-slice them, losing `thrash` each to switching."""
+
+    def __init__(self, per_worker: float, trainer: float, *, cpus: int = 2, step_cpu: float = 0.01,
+                 thrash: float = 0.05, **kw) -> None:
+        super().__init__(per_worker, trainer, **kw)
+        self.cpus, self.step_cpu, self.thrash, self.cpu_used, self.seen = cpus, step_cpu, thrash, 0.0, set()
+
+    def cost(self) -> float:
+        return (1 / self.per_worker + self.step_cpu) * (1 + self.thrash * max(0, self.target - self.cpus))
+
+    def drive(self, scaler: Autoscaler, seconds: float) -> None:
+        while self.t < seconds:
+            self.seen.add(self.target)
+            rate = min(self.target * self.per_worker, self.trainer, self.cpus / self.cost())
+            self.t += 1.0 / rate
+            self.cpu_used += self.cost()
+            scaler.on_step(1.0 / rate - 1.0 / self.trainer, 1.0 / self.trainer)
+
+
+class Meter:
+    """CPUs the fake job kept busy since the last sample (what JobCpu reads from /proc)."""
+
+    def __init__(self, job: CpuBoundJob) -> None:
+        self.job, self.last = job, None
+
+    def sample(self):
+        now = (self.job.t, self.job.cpu_used)
+        last, self.last = self.last, now
+        return None if last is None or now[0] <= last[0] else (now[1] - last[1]) / (now[0] - last[0])
+
+
+def test_holds_when_the_job_keeps_every_cpu_busy():
+    job = CpuBoundJob(25, 100)  # 1 worker: 1.25 CPUs busy; 2 workers: both CPUs busy
+    s = Autoscaler(job, max_workers=8, window_s=1.0, clock=job.clock, cpus=2, job_cpu=Meter(job))
+    job.drive(s, 30.0)
+    assert job.target == 2 and max(job.seen) == 2  # never time-slices a third worker onto 2 CPUs
+    assert s.history[-1].cpu == pytest.approx(2.0, rel=0.05) and s.cpu_bound
+
+
+def test_sheds_workers_that_only_time_slice_the_cpus():
+    job = CpuBoundJob(25, 100, start=4)
+    s = Autoscaler(job, max_workers=8, window_s=1.0, clock=job.clock, cpus=2, job_cpu=Meter(job))
+    job.drive(s, 30.0)
+    assert job.target == 2
+    assert [h.action for h in s.history].count("remove") == 2
+
+
+def test_without_a_cpu_reading_the_climb_is_ungated():
+    job = FakeJob(10, 25)
+    s = Autoscaler(job, max_workers=8, window_s=1.0, clock=job.clock, cpus=1)
+    job.drive(s, 30.0)
+    assert job.target == 3 and all(h.cpu is None for h in s.history)
+
+
+def test_job_cpu_reads_the_pool_and_this_process():
+    from labkit.dataworkers.autoscale import JobCpu
+
+    class Pool:
+        def __init__(self):
+            self.cpu = {11: 1.0, 12: 5.0}
+
+        def cpu_seconds(self):
+            return dict(self.cpu)
+
+    pool, clock, own = Pool(), [0.0], [0.0]
+    m = JobCpu(pool, clock=lambda: clock[0], own_cpu=lambda: own[0])
+    assert m.sample() is None
+    clock[0], own[0] = 2.0, 0.5
+    pool.cpu = {11: 2.5, 12: 6.0, 13: 9.0}  # 13 started in between: partial, not counted
+    assert m.sample() == pytest.approx((0.5 + 1.5 + 1.0) / 2.0)
+    assert JobCpu(object()).sample() is None
+
+
+def test_bad_cpu_arguments():
+    with pytest.raises(ValueError, match="saturation=1.5 is not accepted"):
+        Autoscaler(FakeJob(1, 1), saturation=1.5)
+    with pytest.raises(ValueError, match="cpus=0 is not accepted"):
+        Autoscaler(FakeJob(1, 1), cpus=0)

@@ -32,6 +32,8 @@ def test_in_order_exactly_once(image_prog, split, no_leaks):
         assert len(got) == len(ref) and all(same(a, b) for a, b in zip(ref, got))
         assert pool.stats.delivered == len(keys)
         assert pool.metrics()["per_worker_batches_per_s"] > 0
+        cpu = pool.cpu_seconds()  # what the autoscaler's CPU gate reads
+        assert set(cpu) == set(pool.pids().values()) and sum(cpu.values()) > 0
 
 
 def test_killed_worker_batches_are_reissued(image_prog, split, no_leaks):
