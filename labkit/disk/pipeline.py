@@ -24,6 +24,7 @@ import numpy as np
 
 from labkit.core.errors import check_range
 from labkit.core.memory import MemoryBudget
+from labkit.disk.iocache import BeladyFeatureCache
 from labkit.disk.sampler import NeighborSampler, SampledBatch
 
 STAGES = ("sample", "gather", "train")
@@ -127,30 +128,43 @@ _DONE = object()
 
 def run_pipelined(sampler: NeighborSampler, features, trainer, seeds: list[np.ndarray],
                   labels: np.ndarray, budget: MemoryBudget, *, depth: int = 1,
-                  slot_bytes: tuple[int, int] = (0, 0), first_index: int = 0) -> RunStats:
-    """Run sample -> gather -> train as three concurrent stages, `depth` batches in flight per edge.
+                  slot_bytes: tuple[int, int] = (0, 0), first_index: int = 0, samplers: int = 1) -> RunStats:
+    """Run sample -> gather -> train as concurrent stages, `depth` batches in flight per edge.
 
-    A stage takes a slot token before it starts on a batch, so at most `depth` sampled batches
-    (sampled or queued) and `depth` gathered batches (being gathered or queued) exist at once;
-    their bytes, `slot_bytes` = (one sampled batch, one gathered batch), are reserved from the
-    budget up front. A batch bigger than its slot grows the reservation (and so can raise
-    BudgetExceeded rather than silently exceed the budget). The batch being trained belongs
-    to the trainer (with the model), outside the budget.
+    `samplers` threads sample consecutive mini-batches side by side (batch k on thread
+    k mod samplers), so one thread's numba work overlaps another's topology reads; the
+    gatherer still takes batches in index order. Batch k may start sampling only while
+    fewer than ``depth * samplers`` sampled batches wait for the gatherer, and at most `depth`
+    gathered batches (being gathered or queued) exist at once; their bytes, `slot_bytes` =
+    (one sampled batch, one gathered batch), are reserved from the budget up front. A batch
+    bigger than its slot grows the reservation (and so can raise BudgetExceeded rather than
+    silently exceed the budget). With a disk store and a static feature cache, a gathered
+    batch in flight is only its disk rows (``fetch_misses``); the trainer copies the cached
+    rows in (``complete``, timed as gather) when it takes the batch. The batch being trained
+    belongs to the trainer (with the model), outside the budget.
     """
     check_range("depth", depth, 1, 64, integer=True)
+    check_range("samplers", samplers, 1, 16, integer=True)
     st = RunStats("pipelined")
     clock = _Clock(st)
-    q1: queue.Queue = queue.Queue()
     q2: queue.Queue = queue.Queue()
-    tok1, tok2 = threading.Semaphore(depth), threading.Semaphore(depth)
-    res1 = budget.reserve("pipeline slots (sampled)", depth * slot_bytes[0])
+    tok2 = threading.Semaphore(depth)
+    cap = depth * samplers
+    res1 = budget.reserve("pipeline slots (sampled)", cap * slot_bytes[0])
     res2 = budget.reserve("pipeline slots (gathered)", depth * slot_bytes[1])
     errors: list[BaseException] = []
     stop = threading.Event()
+    cond = threading.Condition()
+    ready: dict[int, SampledBatch] = {}
+    taken = [0]  # sampled batches the gatherer has taken
+    n = len(seeds)
+    # A store with a static cache hands over only its disk rows; the trainer adds the cached ones.
+    split = hasattr(features, "fetch_misses") and not isinstance(getattr(features, "cache", None),
+                                                                 BeladyFeatureCache)
 
-    def fit(res, nbytes: int) -> None:
-        if nbytes * depth > res.nbytes:
-            res.resize(nbytes * depth)
+    def fit(res, nbytes: int, count: int) -> None:
+        if nbytes * count > res.nbytes:
+            res.resize(nbytes * count)
 
     def acquire(tok) -> bool:
         while not stop.is_set():
@@ -158,41 +172,51 @@ def run_pipelined(sampler: NeighborSampler, features, trainer, seeds: list[np.nd
                 return True
         return False
 
-    def sample_stage() -> None:
+    def sample_stage(w: int) -> None:
         try:
-            for k, s in enumerate(seeds):
-                i = first_index + k
-                if not acquire(tok1):
+            for k in range(w, n, samplers):
+                with cond:
+                    while k - taken[0] >= cap and not stop.is_set():
+                        cond.wait(0.1)
+                if stop.is_set():
                     return
+                i = first_index + k
                 with clock.stage("sample", i):
-                    b = sampler.sample(s, i)
-                fit(res1, b.nbytes)
-                q1.put(b)
+                    b = sampler.sample(seeds[k], i)
+                fit(res1, b.nbytes, cap)
+                with cond:
+                    ready[k] = b
+                    cond.notify_all()
         except BaseException as e:  # surfaced in the caller
             errors.append(e)
             stop.set()
-        q1.put(_DONE)
 
     def gather_stage() -> None:
         try:
-            while True:
-                b = q1.get()
-                if b is _DONE:
-                    break
+            for k in range(n):
+                with cond:
+                    while k not in ready and not stop.is_set():
+                        cond.wait(0.1)
+                    if k not in ready:
+                        break
+                    b = ready.pop(k)
                 if not acquire(tok2):
-                    return
-                tok1.release()
+                    break
+                with cond:
+                    taken[0] += 1
+                    cond.notify_all()
                 with clock.stage("gather", b.index):
-                    x = features.gather(b.n_id)
-                fit(res2, x.nbytes + b.nbytes)
+                    x = features.fetch_misses(b.n_id) if split else features.gather(b.n_id)
+                fit(res2, x.nbytes + b.nbytes, depth)
                 q2.put((b, x))
         except BaseException as e:
             errors.append(e)
             stop.set()
         q2.put(_DONE)
 
-    threads = [threading.Thread(target=sample_stage, name="disk-sample", daemon=True),
-               threading.Thread(target=gather_stage, name="disk-gather", daemon=True)]
+    threads = [threading.Thread(target=sample_stage, args=(w,), name=f"disk-sample-{w}", daemon=True)
+               for w in range(samplers)]
+    threads.append(threading.Thread(target=gather_stage, name="disk-gather", daemon=True))
     for t in threads:
         t.start()
     try:
@@ -200,8 +224,11 @@ def run_pipelined(sampler: NeighborSampler, features, trainer, seeds: list[np.nd
             item = q2.get()
             if item is _DONE:
                 break
-            tok2.release()
+            tok2.release()  # from here the batch belongs to the trainer
             b, x = item
+            if split:  # the cached rows join the disk rows as the trainer takes the batch
+                with clock.stage("gather", b.index):
+                    x = features.complete(x)
             with clock.stage("train", b.index):
                 loss, acc = trainer.step(b, x, labels)
             st.losses.append(loss)

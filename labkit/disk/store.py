@@ -14,6 +14,7 @@ fitted to the measured disk.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import numba
@@ -129,11 +130,15 @@ class DiskTopology:
 
     def __init__(self, ds: Dataset, budget: MemoryBudget, *, policy: IOPolicy | None = None,
                  queue_depth: int = 8, staging_bytes: int | None = None, fallback: bool = False) -> None:
-        self.indptr = ds.array("indptr", mmap=False)
+        ip = ds.array("indptr", mmap=False)
+        # Offsets below 2^31 fit int32: half the RAM for the one array every disk system holds.
+        self.indptr = ip.astype(np.int32) if ip.size and int(ip[-1]) < 2**31 else ip
+        del ip
         self._indptr_res = budget.reserve("topology indptr", self.indptr.nbytes)
         self.file = _open_file(ds.path("indices"), budget, "topology staging", queue_depth, staging_bytes,
                                fallback, 4 << 20)
         self.policy = policy or IOPolicy("random")
+        self._lock = threading.Lock()
         self.cache: TopologyCache | None = None
         self.stats = StoreStats()
         self.budget = budget
@@ -148,7 +153,7 @@ class DiskTopology:
 
     def _read_lists(self, nodes: np.ndarray, gap: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         ptr = lists_ptr(self.indptr, nodes)
-        starts = self.indptr[nodes] * 4
+        starts = self.indptr[nodes].astype(np.int64) * 4
         lengths = (ptr[1:] - ptr[:-1]) * 4
         if gap is None:
             gap = SWEEP if nodes.size > 4096 else 0  # cache fill: bulk, sorted
@@ -166,24 +171,41 @@ class DiskTopology:
             slot = np.zeros(0, np.int32)
             miss = nodes
         if miss.size:
-            starts = self.indptr[miss] * 4
-            lengths = (self.indptr[miss + 1] - self.indptr[miss]) * 4
-            mptr, midx = self._read_lists(miss, self.policy.gap(starts, lengths, self.file))
+            starts = self.indptr[miss].astype(np.int64) * 4
+            lengths = (self.indptr[miss + 1] - self.indptr[miss]).astype(np.int64) * 4
+            with self._lock:  # several sampler threads may share this store
+                gap = self.policy.gap(starts, lengths, self.file)
+            mptr, midx = self._read_lists(miss, gap)
         else:
             mptr, midx = np.zeros(1, np.int64), np.zeros(0, np.int32)
         cptr = self.cache.ptr if self.cache is not None else np.zeros(1, np.int64)
         cidx = self.cache.idx if self.cache is not None else np.zeros(0, np.int32)
         assemble_lists(nodes, slot, cptr, cidx, mptr, midx, ptr, idx)
-        self.stats.hits += nodes.size - miss.size
-        self.stats.misses += miss.size
-        self.stats.miss_bytes += midx.nbytes
-        self.stats.hit_bytes += idx.nbytes - midx.nbytes
+        with self._lock:
+            self.stats.hits += nodes.size - miss.size
+            self.stats.misses += miss.size
+            self.stats.miss_bytes += midx.nbytes
+            self.stats.hit_bytes += idx.nbytes - midx.nbytes
         return ptr, idx
 
     def close(self) -> None:
         self.set_cache(None)
         self.file.close()
         self._indptr_res.release()
+
+
+@dataclass
+class PartialRows:
+    """A gathered batch before its cached rows are copied in: node ids, cache slots, disk rows."""
+
+    nodes: np.ndarray
+    slot: np.ndarray | None
+    miss_pos: np.ndarray
+    rows: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows.nbytes + self.miss_pos.nbytes + (self.slot.nbytes if self.slot is not None else 0)
 
 
 class MemoryFeatures:
@@ -247,28 +269,49 @@ class DiskFeatures:
             self.cache = FeatureCache(nodes, self.num_nodes, self._dim, self.dtype, self.budget,
                                       lambda v: self.read(v, SWEEP if v.size > 4096 else 0))
 
-    def gather(self, nodes: np.ndarray) -> np.ndarray:
-        """Return the feature rows of `nodes` (in order): cache hits copied, misses read from disk."""
-        out = np.empty((nodes.size, self._dim), self.dtype)
+    def fetch_misses(self, nodes: np.ndarray) -> "PartialRows":
+        """Read from disk the rows of `nodes` the cache lacks; cached rows are copied in later.
+
+        The pipeline's gather stage calls this, so a gathered batch waiting in the queue holds
+        only the rows that came from disk (the bytes the budget must reserve for it), and
+        :meth:`complete` fills in the cached rows when the batch is consumed.
+        """
         if self.cache is not None:
             slot = self.cache.lookup(nodes)
-            hit = slot >= 0
-            out[hit] = self.cache.rows[slot[hit]]
-            miss_pos = np.flatnonzero(~hit)
+            miss_pos = np.flatnonzero(slot < 0)
         else:
+            slot = None
             miss_pos = np.arange(nodes.size)
         miss = nodes[miss_pos]
         if miss.size:
             starts = miss.astype(np.int64) * self.row_bytes
             gap = self.policy.gap(starts, np.full(miss.size, self.row_bytes, np.int64), self.file)
-            out[miss_pos] = self.read(miss, gap)
-        if isinstance(self.cache, BeladyFeatureCache):
-            self.cache.update(nodes, out)
+            rows = self.read(miss, gap)
+        else:
+            rows = np.zeros((0, self._dim), self.dtype)
         self.stats.hits += nodes.size - miss.size
         self.stats.misses += miss.size
         self.stats.hit_bytes += (nodes.size - miss.size) * self.row_bytes
         self.stats.miss_bytes += miss.size * self.row_bytes
+        return PartialRows(nodes, slot, miss_pos, rows)
+
+    def complete(self, part: "PartialRows") -> np.ndarray:
+        """Return all rows of `part.nodes` in order: its disk rows plus the cached ones."""
+        out = np.empty((part.nodes.size, self._dim), self.dtype)
+        if part.slot is not None:
+            hit = part.slot >= 0
+            out[hit] = self.cache.rows[part.slot[hit]]
+        out[part.miss_pos] = part.rows
         return out
+
+    def gather(self, nodes: np.ndarray) -> np.ndarray:
+        """Return the feature rows of `nodes` (in order): cache hits copied, misses read from disk."""
+        if isinstance(self.cache, BeladyFeatureCache):
+            part = self.fetch_misses(nodes)
+            out = self.complete(part)
+            self.cache.update(nodes, out)
+            return out
+        return self.complete(self.fetch_misses(nodes))
 
     def close(self) -> None:
         self.set_cache(None)

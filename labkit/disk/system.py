@@ -33,6 +33,8 @@ from labkit.disk.train import ModelConfig, Trainer
 from labkit.disk.tuner import StageProfile, Tuner, split_caches
 
 SYSTEMS = ("naive", "ginex", "caliex", "memory")
+#: Sampler threads of the pipelined schedules: one thread's numba work overlaps the other's reads.
+SAMPLERS = 2
 
 
 def dataset_bytes(ds: Dataset) -> int:
@@ -99,7 +101,13 @@ def presample(ds: Dataset, cfg: ModelConfig, seeds: list[np.ndarray], budget: Me
     return Presampled(batches, counts, prof, time.perf_counter() - t0, slot)
 
 
-def holdout_tuner(pre: Presampled, indptr: np.ndarray, row_bytes: int, cache_bytes: int) -> Tuner:
+def out_degree(ds: Dataset) -> np.ndarray:
+    """Each node's out-degree (how many neighbour lists it is in): the feature plan's prior."""
+    return ds.array("out_degree", mmap=True)
+
+
+def holdout_tuner(pre: Presampled, indptr: np.ndarray, row_bytes: int, cache_bytes: int, *,
+                  fplan_prior: np.ndarray | None = None) -> Tuner:
     """A tuner whose plans come from half the pre-sampled batches and whose predictions from the other half.
 
     Plans built from the very batches they are scored on would predict hit rates no new batch
@@ -109,7 +117,7 @@ def holdout_tuner(pre: Presampled, indptr: np.ndarray, row_bytes: int, cache_byt
     fit, held = pre.batches[:k], pre.batches[k:] or pre.batches[:k]
     counts = plans.AccessCounts.from_batches(fit, indptr.size - 1)
     return Tuner(held, indptr, row_bytes, plans.topology_presampled(counts, indptr),
-                 plans.features_presampled(counts, row_bytes), pre.profile, cache_bytes)
+                 plans.features_presampled(counts, row_bytes, prior=fplan_prior), pre.profile, cache_bytes)
 
 
 @dataclass
@@ -130,6 +138,7 @@ class DiskGNN:
     slot_bytes: tuple[int, int] = (0, 0)
     superbatch: int = 4
     info: dict = field(default_factory=dict)
+    samplers: int = SAMPLERS  # pipelined schedules only
 
     def run(self, seeds: list[np.ndarray], *, first_index: int = 0) -> RunStats:
         """Train on one mini-batch per entry of `seeds` with this system's schedule."""
@@ -139,7 +148,8 @@ class DiskGNN:
             return run_superbatch(self.sampler, self.features, self.trainer, seeds, self.labels, self.budget,
                                   superbatch=self.superbatch, first_index=first_index)
         return run_pipelined(self.sampler, self.features, self.trainer, seeds, self.labels, self.budget,
-                             depth=self.pipeline_depth, slot_bytes=self.slot_bytes, first_index=first_index)
+                             depth=self.pipeline_depth, slot_bytes=self.slot_bytes, first_index=first_index,
+                             samplers=self.samplers)
 
     def reset_counters(self) -> None:
         for s in (self.topology, self.features):
@@ -174,7 +184,7 @@ class DiskGNN:
 
 def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, *,
                 pre: Presampled | None = None, split: float | None = None, seed: int = 0,
-                queue_depth: int = 8, fallback: bool = False, superbatch: int = 4) -> DiskGNN:
+                queue_depth: int = 16, fallback: bool = False, superbatch: int = 4) -> DiskGNN:
     """Build system `name` (one of naive, ginex, caliex, memory) within `budget`.
 
     caliex needs `pre` (from :func:`presample`); `split` overrides the tuner's topology share.
@@ -199,19 +209,38 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
             if name == "caliex":
                 if pre is None:
                     raise bad_value("pre", None, "the Presampled result of labkit.disk.system.presample(...)")
-                slot = pre.slot_bytes
-                queue_bytes = slot[0] + slot[1]  # pipeline depth 1: one slot per stage edge
-                cache_bytes = budget.free - queue_bytes - (1 << 20)
+                # The queues hold one sampled batch and one gathered batch's *disk rows* (cached
+                # rows are copied in by the trainer), so what they need depends on the cache:
+                # size them from the tuner's worst held-out batch, then give the rest to caches.
+                margin = 1 << 20
+                sampled = pre.slot_bytes[0] * SAMPLERS  # one sampled batch per sampler thread
+                batch_bytes = int(max(b.nbytes for b in pre.batches))
+                fplan = plans.features_presampled(pre.counts, feat.row_bytes, prior=out_degree(ds))
+                tplan = plans.topology_presampled(pre.counts, topo.indptr)
+
+                def gathered_slot(cache: int, f: float | None) -> tuple[int, object]:
+                    t = holdout_tuner(pre, topo.indptr, feat.row_bytes, max(0, cache), fplan_prior=out_degree(ds))
+                    f = t.best()[0] if f is None else f
+                    return int((t.predict(f)["max_miss_rows"] * feat.row_bytes + batch_bytes) * 1.3), t
+
+                # First pass: size the gathered slot as if nothing were cached (an upper bound).
+                cache0 = budget.free - sampled - pre.slot_bytes[1] - margin
+                g_slot, _ = gathered_slot(cache0, split)
+                cache_bytes = budget.free - sampled - g_slot - margin
                 if cache_bytes < 0:
                     raise BudgetExceeded(f"budget={fmt_bytes(budget.total)} is too small for caliex: the "
-                                         f"pipeline queues need {fmt_bytes(queue_bytes)} and "
+                                         f"pipeline queues need {fmt_bytes(sampled + g_slot)} and "
                                          f"{fmt_bytes(budget.free)} is left after indptr and staging")
-                tplan = plans.topology_presampled(pre.counts, topo.indptr)
-                fplan = plans.features_presampled(pre.counts, feat.row_bytes)
-                tuner = holdout_tuner(pre, topo.indptr, feat.row_bytes, cache_bytes)
+                tuner = holdout_tuner(pre, topo.indptr, feat.row_bytes, cache_bytes, fplan_prior=out_degree(ds))
                 best, curve = tuner.best()
-                info.update(tuner=tuner, predicted=curve, tuned_split=best, cache_bytes=cache_bytes)
                 split = best if split is None else split
+                need = int((tuner.predict(split)["max_miss_rows"] * feat.row_bytes + batch_bytes) * 1.3)
+                if need > g_slot:  # the chosen split caches fewer rows than the first pass assumed
+                    cache_bytes = max(0, cache_bytes - (need - g_slot))
+                    g_slot = need
+                slot = (pre.slot_bytes[0], g_slot)
+                info.update(tuner=tuner, predicted=curve, tuned_split=best, cache_bytes=cache_bytes,
+                            slot_bytes=slot)
             elif name == "ginex":
                 cache_bytes = budget.free - (1 << 20)
                 split = 0.5 if split is None else split

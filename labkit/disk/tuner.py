@@ -45,20 +45,22 @@ def split_caches(f: float, cache_bytes: int, num_nodes: int, topo_plan: CachePla
                  feat_plan: CachePlan) -> tuple[np.ndarray, np.ndarray]:
     """Return (topology nodes, feature nodes) cached when a share `f` goes to topology.
 
-    Each cache pays its own node -> slot map (4 bytes per node) before holding anything.
+    The topology cache pays its node -> slot map (4 bytes per node) before holding anything,
+    and 8 bytes of local indptr per list; the feature cache pays 8 bytes (a sorted id) per row.
     """
+    from labkit.disk.iocache import FeatureCache
     t_bytes = int(f * cache_bytes)
     f_bytes = cache_bytes - t_bytes
     map_bytes = num_nodes * 4
     if t_bytes > map_bytes + 8:
-        # A cached list also costs 8 bytes of local indptr.
         o = topo_plan.order
         k = int(np.searchsorted(np.cumsum(topo_plan.cost[o] + 8), t_bytes - map_bytes - 8, side="right"))
         t_nodes = o[:k]
     else:
         t_nodes = topo_plan.order[:0]
-    f_nodes = feat_plan.cut(max(0, f_bytes - map_bytes)) if f_bytes > map_bytes else feat_plan.order[:0]
-    return t_nodes, f_nodes
+    o = feat_plan.order
+    k = int(np.searchsorted(np.cumsum(feat_plan.cost[o] + FeatureCache.ID_BYTES), f_bytes, side="right"))
+    return t_nodes, o[:k]
 
 
 class Tuner:
@@ -83,18 +85,19 @@ class Tuner:
         p = self.profile
         s_io = g_io = 0.0
         t_hits = t_all = f_hits = f_all = 0
-        rows = requests = 0
+        rows = requests = max_miss = 0
         for b in self.batches:
             exp = b.expanded
             miss = exp[~in_t[exp]]
             t_hits += exp.size - miss.size
             t_all += exp.size
-            starts = self.indptr[miss] * 4
-            lens = (self.indptr[miss + 1] - self.indptr[miss]) * 4
+            starts = self.indptr[miss].astype(np.int64) * 4
+            lens = (self.indptr[miss + 1] - self.indptr[miss]).astype(np.int64) * 4
             g, t, _ = p.topology_disk.best_gap(extent_pages(starts, lens), self.max_request, self.sweep_request)
             s_io += t
             requests += self._requests(p.topology_disk, extent_pages(starts, lens), g)
             fmiss = b.n_id[~in_f[b.n_id]]
+            max_miss = max(max_miss, fmiss.size)
             f_hits += b.n_id.size - fmiss.size
             f_all += b.n_id.size
             rows += b.n_id.size
@@ -115,7 +118,8 @@ class Tuner:
                 "io": (s_io + g_io) / n,
                 "cpu_other": cpu, "requests": requests / n,
                 "hit_rate_topology": t_hits / max(1, t_all), "hit_rate_features": f_hits / max(1, f_all),
-                "topology_nodes": int(t_nodes.size), "feature_rows": int(f_nodes.size)}
+                "topology_nodes": int(t_nodes.size), "feature_rows": int(f_nodes.size),
+                "max_miss_rows": int(max_miss)}
 
     def _requests(self, model: DiskModel, pages: np.ndarray, gap: int) -> int:
         cap = (self.sweep_request if gap >= 1 << 40 else self.max_request) // PAGE

@@ -249,3 +249,51 @@ def test_tuner_serial_model_adds_stages(ds, pre):
     assert serial["total"] == pytest.approx(serial["sample"] + serial["gather"] + serial["train"])
     assert piped["total"] <= serial["total"] + 1e-12
     assert piped["total"] >= max(piped["sample"], piped["gather"], piped["train"]) - 1e-12
+
+
+def test_feature_plan_prior_ranks_unseen_rows(ds, pre):
+    deg = ds.array("out_degree")
+    fp = plans.features_presampled(pre.counts, 512, prior=deg)
+    seen = pre.counts.features > 0
+    # Rows never pre-sampled still enter the plan, ranked by the prior; counts still lift a row.
+    assert fp.order.size >= int(seen.sum()) and fp.order.size > 0
+    assert np.all(np.diff(fp.score[fp.order]) <= 0)
+    v = int(np.flatnonzero(~seen & (deg > 0))[0])
+    w = np.flatnonzero(seen & (deg == deg[v]))
+    if w.size:
+        assert fp.score[w[0]] > fp.score[v]
+    with pytest.raises(ValueError, match="prior has shape"):
+        plans.features_presampled(pre.counts, 512, prior=deg[:10])
+
+
+def test_feature_cache_lookup_and_partial_rows(ds):
+    from labkit.disk.iocache import FeatureCache
+    b = MemoryBudget("64MiB")
+    df = DiskFeatures(ds, b, policy=IOPolicy("auto"))
+    mf = MemoryFeatures.from_dataset(ds)
+    try:
+        cached = np.array([5, 17, 3, 900, 17], np.int64)
+        df.set_cache(cached)
+        assert isinstance(df.cache, FeatureCache)
+        assert df.cache.reservation.nbytes == 4 * (FeatureCache.ID_BYTES + 512)  # ids deduplicated
+        nodes = np.array([17, 4, 900, 3, 0, 5], np.int64)
+        assert np.array_equal(df.cache.lookup(nodes) >= 0, [True, False, True, True, False, True])
+        part = df.fetch_misses(nodes)
+        assert part.rows.shape == (2, ds.meta["dim"]) and part.nbytes < nodes.size * 512
+        assert np.array_equal(df.complete(part), mf.gather(nodes))
+    finally:
+        df.close()
+    assert b.used == 0
+
+
+def test_caliex_queues_hold_disk_rows_only(ds, pre):
+    """CaliEX's gathered-batch slot is sized by predicted cache misses, not whole batches."""
+    _, cfg, budget, _, seeds = workload("ci", "sage", 2, budget_fraction=2.0, presample_batches=2)
+    b = MemoryBudget(budget)
+    s = open_system("caliex", ds, b, cfg, pre=pre)
+    try:
+        assert s.slot_bytes[1] < pre.slot_bytes[1]
+        r = s.run(seeds)
+        assert r.batches == 2 and b.peak <= b.total
+    finally:
+        s.close()
