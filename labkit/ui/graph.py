@@ -36,7 +36,7 @@ def partition_explorer(csr, csc=None, *, max_parts: int = 16, seed: int = 0):
         return {"edge_cut": p.edge_cut, "balance": p.balance, "edge_balance": p.edge_balance}
 
     controls = {"partitions": W.IntSlider(value=4, min=1, max=max_parts, description="partitions"),
-                "method": W.Dropdown(options=["hash", "ldg"], value="hash", description="method")}
+                "method": W.Dropdown(options=["hash", "ldg", "fennel"], value="hash", description="method")}
     return slider_plot(controls, update, fig, title="Partitioning: edge cut vs balance")
 
 

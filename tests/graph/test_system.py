@@ -35,6 +35,9 @@ def test_partitioners_report_cut_and_balance(g):
     assert l.balance <= 1.06 and l.owner.min() == 0 and l.owner.max() == 3
     assert 0.6 < h.edge_cut < 0.85  # about 3/4 of edges cross 4 random parts
     assert l.edge_cut < h.edge_cut - 0.1  # locality-aware cuts far fewer
+    f = partition(csr, 4, "fennel", csc=csc)
+    assert f.balance <= 1.11 and np.bincount(f.owner, minlength=4).min() > 0
+    assert f.edge_cut < h.edge_cut - 0.1
     assert partition_quality(csr, np.zeros(P.num_nodes, np.int32), 1)["edge_cut"] == 0.0
     with pytest.raises(ValueError, match="method"):
         partition(csr, 2, "metis")
