@@ -1,63 +1,169 @@
 """Numba kernels for packed tables: one pooled lookup per group, and a fused backward + optimizer update.
 
-The update never builds a sparse gradient tensor: for each field (one thread per field, so no two
-threads touch the same row) it sums the output gradient of each distinct row in a small buffer
-and applies the optimizer to that row in place, which is what FBGEMM's fused backward does.
-Rows may live in a hot-row cache (``slot[r] >= 0``) or in the slow tier (``weights[r]``).
+The update never builds a sparse gradient tensor: threads own disjoint runs of tables (so no two
+threads touch the same row) and apply the output gradient to each row in place, which is what
+FBGEMM's fused backward does. SGD is linear, so it applies each id's gradient as it comes; the
+Adagrad variants first sum the gradient of each distinct row of a table (their state must see one
+g per row per step). Rows may live in a hot-row cache (``slot[r] >= 0``) or in the slow tier
+(``weights[r]``).
+
+Every kernel walks a table's ids in order and prefetches the row :data:`PREFETCH` ids ahead:
+rows are random reads over hundreds of MiB, and without the hint each one is a cache (and often
+TLB) miss the core waits for; with it, several misses are in flight at once. Kernels index the
+2-d arrays (``w[r, d]``) and never take a row view (``w[r]``) in a loop: a numba view bumps the
+array's shared reference count, an atomic that the threads would bounce between cores per id.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 SGD, ADAGRAD, ROWWISE_ADAGRAD, GRAD = 0, 1, 2, 3
 #: Samples per tile. Kernels walk tile by tile, and within a tile table by table: one table's
-#: rows (few TLB entries) against a tile of the output (in L2), instead of every table per sample.
+#: rows against a tile of the output (in L2), instead of every table per sample.
 TILE = 256
+#: How many ids ahead a kernel prefetches the row it will read (measured best of 4..32 here).
+PREFETCH = 16
 OPTIMIZERS = {"sgd": SGD, "adagrad": ADAGRAD, "rowwise_adagrad": ROWWISE_ADAGRAD}
+
+
+@intrinsic
+def _prefetch(typingctx, arr, i):
+    """Hint the CPU to bring row `i` of the 2-d array `arr` into cache (``llvm.prefetch``, no fault)."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 2 and isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        aryty = sig.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        idx = context.cast(builder, args[1], sig.args[1], types.intp)
+        ptr = cgutils.get_item_pointer2(context, builder, data=ary.data,
+                                        shape=cgutils.unpack_tuple(builder, ary.shape),
+                                        strides=cgutils.unpack_tuple(builder, ary.strides), layout=aryty.layout,
+                                        inds=[idx, context.get_constant(types.intp, 0)], wraparound=False,
+                                        boundscheck=False)
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        # read, keep in all cache levels, data cache
+        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.void(arr, i), codegen
+
+
+@njit(inline="always")
+def _prefetch_row(weights, slot, cache_w, use_cache, r):
+    if use_cache and slot[r] >= 0:
+        _prefetch(cache_w, slot[r])
+    else:
+        _prefetch(weights, r)
+
+
+@njit(inline="always")
+def _add_row(out, b, c0, src, r, dim, scale, first):
+    """out[b, c0:c0+dim] (=, or += unless `first`) scale * src[r]; indexes, never slices (see module doc)."""
+    if first:
+        for d in range(dim):
+            out[b, c0 + d] = scale * src[r, d]
+    else:
+        for d in range(dim):
+            out[b, c0 + d] += scale * src[r, d]
 
 
 @njit(parallel=True, nogil=True, cache=True)
 def pooled_lookup(weights, dim, slot, cache_w, use_cache, feature, row_off, offsets, values, batch,
-                  mean, out, col0, hits, lookups, n_chunks):
+                  single, mean, out, col0, hits, lookups, n_chunks):
     """Write the pooled rows of each table of a group into out[:, col0 + k*D : col0 + (k+1)*D].
 
     Work is split into `n_chunks` runs of consecutive tables (one per thread); each walks the
-    batch in tiles of :data:`TILE` samples, table by table within a tile.
+    batch in tiles of :data:`TILE` samples, table by table within a tile. Every output entry is
+    written (empty bags give zeros), so `out` may be uninitialised. `single` says every bag holds
+    one id (then sample b's id of field f sits at f*B + b, and the loop needs no offsets).
     """
     n_tab = feature.shape[0]
     n_chunks = max(1, min(n_chunks, n_tab))
+    one = np.float32(1.0)
     for c in prange(n_chunks):
         k0 = c * n_tab // n_chunks
         k1 = (c + 1) * n_tab // n_chunks
         for b0 in range(0, batch, TILE):
+            b1 = min(batch, b0 + TILE)
             for k in range(k0, k1):
-                for b in range(b0, min(batch, b0 + TILE)):
-                    f = feature[k]
-                    base = row_off[k]
-                    c0 = col0 + k * dim
-                    s = offsets[f * batch + b]
-                    e = offsets[f * batch + b + 1]
-                    for d in range(dim):
-                        out[b, c0 + d] = 0.0
+                f = feature[k]
+                base = row_off[k]
+                c0 = col0 + k * dim
+                o = f * batch
+                j_end = offsets[o + b1]
+                hit = 0
+                if single:
+                    for b in range(b0, b1):
+                        if b + PREFETCH < b1:
+                            _prefetch_row(weights, slot, cache_w, use_cache, base + values[o + b + PREFETCH])
+                        r = base + values[o + b]
+                        if use_cache and slot[r] >= 0:
+                            hit += 1
+                            for d in range(dim):
+                                out[b, c0 + d] = cache_w[slot[r], d]
+                        else:
+                            for d in range(dim):
+                                out[b, c0 + d] = weights[r, d]
+                    hits[f] += hit
+                    continue
+                for b in range(b0, b1):
+                    s = offsets[o + b]
+                    e = offsets[o + b + 1]
+                    if s == e:
+                        for d in range(dim):
+                            out[b, c0 + d] = 0.0
+                        continue
+                    sc = one
+                    if mean and e - s > 1:
+                        sc = np.float32(1.0 / (e - s))
                     for j in range(s, e):
+                        if j + PREFETCH < j_end:
+                            _prefetch_row(weights, slot, cache_w, use_cache, base + values[j + PREFETCH])
                         r = base + values[j]
                         if use_cache and slot[r] >= 0:
-                            src = cache_w[slot[r]]
-                            hits[f] += 1
+                            hit += 1
+                            _add_row(out, b, c0, cache_w, slot[r], dim, sc, j == s)
                         else:
-                            src = weights[r]
-                        for d in range(dim):
-                            out[b, c0 + d] += src[d]
-                    if mean and e - s > 1:
-                        inv = np.float32(1.0 / (e - s))
-                        for d in range(dim):
-                            out[b, c0 + d] *= inv
+                            _add_row(out, b, c0, weights, r, dim, sc, j == s)
+                hits[f] += hit
         # lookups counted once per table rather than per id
         for k in range(k0, k1):
             f = feature[k]
             lookups[f] += offsets[(f + 1) * batch] - offsets[f * batch]
+
+
+@njit(inline="always")
+def _apply_row(w, st, r, acc, u, opt, lr, eps, dim):
+    """Apply row r's summed gradient acc[u] with optimizer `opt` to w[r] and its state st[r]."""
+    if opt == GRAD:
+        for d in range(dim):
+            st[r, d] += acc[u, d]
+    elif opt == ADAGRAD:
+        for d in range(dim):
+            g = acc[u, d]
+            st[r, d] += g * g
+            w[r, d] -= lr * g / (np.sqrt(st[r, d]) + eps)
+    else:
+        ss = np.float32(0.0)
+        for d in range(dim):
+            ss += acc[u, d] * acc[u, d]
+        st[r, 0] += ss / dim
+        den = np.sqrt(st[r, 0]) + eps
+        for d in range(dim):
+            w[r, d] -= lr * acc[u, d] / den
+
+
+@njit(inline="always")
+def _sgd_row(w, r, grad, b, c0, sc, dim):
+    for d in range(dim):
+        w[r, d] -= sc * grad[b, c0 + d]
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -67,129 +173,84 @@ def fused_backward_update(weights, dim, state, slot, cache_w, cache_s, use_cache
 
     opt: SGD (w -= lr g), ADAGRAD (G += g^2; w -= lr g / (sqrt(G) + eps), as torch.optim.Adagrad
     on a coalesced sparse gradient), ROWWISE_ADAGRAD (G_row += mean(g^2)), or GRAD (state += g,
-    the dense weight gradient, for checking). `mark` is an all -1 scratch of one entry per row.
+    the dense weight gradient, for checking). `mark` is an all -1 int32 scratch of shape
+    ``[threads, largest table's rows]`` (one row of it per thread; unused by SGD).
     Threads own disjoint runs of tables, hence disjoint rows: no two threads update one row.
     """
     n_tab = feature.shape[0]
     n_chunks = max(1, min(n_chunks, n_tab))
+    if opt != SGD:
+        n_chunks = min(n_chunks, mark.shape[0])
     for c in prange(n_chunks):
         k0 = c * n_tab // n_chunks
         k1 = (c + 1) * n_tab // n_chunks
         if opt == SGD:
             for b0 in range(0, batch, TILE):
+                b1 = min(batch, b0 + TILE)
                 for k in range(k0, k1):
-                    for b in range(b0, min(batch, b0 + TILE)):
-                        f = feature[k]
-                        base = row_off[k]
-                        c0 = col0 + k * dim
-                        s = offsets[f * batch + b]
-                        e = offsets[f * batch + b + 1]
+                    f = feature[k]
+                    base = row_off[k]
+                    c0 = col0 + k * dim
+                    o = f * batch
+                    j_end = offsets[o + b1]
+                    for b in range(b0, b1):
+                        s = offsets[o + b]
+                        e = offsets[o + b + 1]
                         sc = lr
                         if mean and e - s > 1:
                             sc = lr / (e - s)
                         for j in range(s, e):
+                            if j + PREFETCH < j_end:
+                                _prefetch_row(weights, slot, cache_w, use_cache, base + values[j + PREFETCH])
                             r = base + values[j]
                             if use_cache and slot[r] >= 0:
-                                w = cache_w[slot[r]]
+                                _sgd_row(cache_w, slot[r], grad, b, c0, sc, dim)
                             else:
-                                w = weights[r]
-                            for d in range(dim):
-                                w[d] -= sc * grad[b, c0 + d]
+                                _sgd_row(weights, r, grad, b, c0, sc, dim)
             continue
-        # Sum the gradient of each distinct row first: Adagrad's state must see one g per row.
-        nnz = 0
+        # Adagrad variants: per table, sum the gradient of each distinct row over the whole batch
+        # (scratch sized for this thread's largest table), then update each row once.
+        most = 1
         for k in range(k0, k1):
             f = feature[k]
-            nnz += offsets[(f + 1) * batch] - offsets[f * batch]
-        acc = np.empty((max(nnz, 1), dim), np.float32)
-        uniq = np.empty(max(nnz, 1), np.int64)
-        nu = 0
-        for b0 in range(0, batch, TILE):
-            for k in range(k0, k1):
-                for b in range(b0, min(batch, b0 + TILE)):
-                    f = feature[k]
-                    base = row_off[k]
-                    c0 = col0 + k * dim
-                    s = offsets[f * batch + b]
-                    e = offsets[f * batch + b + 1]
-                    sc = np.float32(1.0)
-                    if mean and e - s > 1:
-                        sc = np.float32(1.0 / (e - s))
-                    for j in range(s, e):
-                        r = base + values[j]
-                        u = mark[r]
-                        if u < 0:
-                            u = nu
-                            mark[r] = u
-                            uniq[u] = r
-                            for d in range(dim):
-                                acc[u, d] = 0.0
-                            nu += 1
+            most = max(most, offsets[(f + 1) * batch] - offsets[f * batch])
+        acc = np.empty((most, dim), np.float32)
+        uniq = np.empty(most, np.int64)
+        for k in range(k0, k1):
+            f = feature[k]
+            base = row_off[k]
+            c0 = col0 + k * dim
+            o = f * batch
+            nu = 0
+            for b in range(batch):
+                s = offsets[o + b]
+                e = offsets[o + b + 1]
+                sc = np.float32(1.0)
+                if mean and e - s > 1:
+                    sc = np.float32(1.0 / (e - s))
+                for j in range(s, e):
+                    v = values[j]
+                    u = mark[c, v]
+                    if u < 0:
+                        u = nu
+                        mark[c, v] = u
+                        uniq[u] = v
+                        nu += 1
+                        for d in range(dim):
+                            acc[u, d] = sc * grad[b, c0 + d]
+                    else:
                         for d in range(dim):
                             acc[u, d] += sc * grad[b, c0 + d]
-        for u in range(nu):
-            r = uniq[u]
-            mark[r] = -1
-            if use_cache and slot[r] >= 0:
-                w = cache_w[slot[r]]
-                st = cache_s[slot[r]]
-            else:
-                w = weights[r]
-                st = state[r]
-            if opt == GRAD:
-                for d in range(dim):
-                    st[d] += acc[u, d]
-            elif opt == ADAGRAD:
-                for d in range(dim):
-                    g = acc[u, d]
-                    st[d] += g * g
-                    w[d] -= lr * g / (np.sqrt(st[d]) + eps)
-            else:
-                ss = np.float32(0.0)
-                for d in range(dim):
-                    ss += acc[u, d] * acc[u, d]
-                st[0] += ss / dim
-                den = np.sqrt(st[0]) + eps
-                for d in range(dim):
-                    w[d] -= lr * acc[u, d] / den
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def single_hot_lookup(weights, dim, feature, row_off, values, batch, out, col0, n_chunks):
-    """:func:`pooled_lookup` for a batch whose every bag holds one id (ids of field f at f*B + b)."""
-    n_tab = feature.shape[0]
-    n_chunks = max(1, min(n_chunks, n_tab))
-    for c in prange(n_chunks):
-        k0 = c * n_tab // n_chunks
-        k1 = (c + 1) * n_tab // n_chunks
-        for b0 in range(0, batch, TILE):
-            for k in range(k0, k1):
-                base = row_off[k]
-                vo = feature[k] * batch
-                c0 = col0 + k * dim
-                for b in range(b0, min(batch, b0 + TILE)):
-                    r = base + values[vo + b]
-                    for d in range(dim):
-                        out[b, c0 + d] = weights[r, d]
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def single_hot_sgd(weights, dim, feature, row_off, values, batch, grad, col0, lr, n_chunks):
-    """Fused backward + SGD for a single-hot batch: w[row] -= lr * g, straight from the output gradient."""
-    n_tab = feature.shape[0]
-    n_chunks = max(1, min(n_chunks, n_tab))
-    for c in prange(n_chunks):
-        k0 = c * n_tab // n_chunks
-        k1 = (c + 1) * n_tab // n_chunks
-        for b0 in range(0, batch, TILE):
-            for k in range(k0, k1):
-                base = row_off[k]
-                vo = feature[k] * batch
-                c0 = col0 + k * dim
-                for b in range(b0, min(batch, b0 + TILE)):
-                    r = base + values[vo + b]
-                    for d in range(dim):
-                        weights[r, d] -= lr * grad[b, c0 + d]
+            for u in range(nu):
+                if u + PREFETCH < nu:
+                    _prefetch_row(weights, slot, cache_w, use_cache, base + uniq[u + PREFETCH])
+                v = uniq[u]
+                mark[c, v] = -1
+                r = base + v
+                if use_cache and slot[r] >= 0:
+                    _apply_row(cache_w, cache_s, slot[r], acc, u, opt, lr, eps, dim)
+                else:
+                    _apply_row(weights, state, r, acc, u, opt, lr, eps, dim)
 
 
 @njit(parallel=True, nogil=True, cache=True)

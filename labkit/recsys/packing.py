@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numba
@@ -48,6 +49,39 @@ def aligned_empty(shape: tuple[int, int], align: int = 64) -> np.ndarray:
     return buf[off:off + n].view(np.float32).reshape(shape)
 
 
+class OutputPool:
+    """Hands out ``[B, width]`` output arrays, reusing one once nothing references it any more.
+
+    A fresh 64 MiB array costs page faults and zeroing on every step (the kernel's first touch);
+    a reused one is already mapped and often still in cache. An array is free again when the
+    pool holds the only reference to it: :func:`torch.from_numpy` tensors (and their views, which
+    share the storage) keep the array alive, so a caller still holding an output never sees it
+    overwritten.
+    """
+
+    def __init__(self, keep: int = 4) -> None:
+        self.keep = keep
+        self._arrays: list[np.ndarray] = []
+        probe = [np.empty(1)]
+        self._unreferenced = sys.getrefcount(probe[0])  # the count when only the list holds it
+
+    def _free(self, i: int) -> bool:
+        return sys.getrefcount(self._arrays[i]) <= self._unreferenced
+
+    def take(self, shape: tuple[int, int]) -> np.ndarray:
+        """Return an uninitialised float32 array of `shape` that nobody else references."""
+        for i in range(len(self._arrays)):
+            if self._arrays[i].shape == shape and self._free(i):
+                return self._arrays[i]
+        if len(self._arrays) >= self.keep:
+            free = [i for i in range(len(self._arrays)) if self._free(i)]
+            if not free:
+                return aligned_empty(shape)  # all in use: a one-off array, not pooled
+            self._arrays.pop(free[0])
+        self._arrays.append(aligned_empty(shape))
+        return self._arrays[-1]
+
+
 def _state_dim(optimizer: str, dim: int) -> int:
     return {"sgd": 0, "adagrad": dim, "rowwise_adagrad": 1}[optimizer]
 
@@ -64,8 +98,15 @@ class PackedGroup:
     col0: int  # first output column
     weights: np.ndarray  # [rows, dim]: RAM, or the memory-mapped slow tier
     state: np.ndarray  # optimizer state rows ([rows, dim], [rows, 1]) or a [1, 1] placeholder
-    mark: np.ndarray  # -1 scratch for the fused update
+    max_rows: int  # rows of the largest table (the width of the update's per-thread scratch)
+    mark: np.ndarray = field(default_factory=lambda: np.full((0, 0), -1, np.int32))  # see :meth:`scratch`
     cache: HotRowCache | None = None
+
+    def scratch(self, threads: int) -> np.ndarray:
+        """Return the all -1 ``[threads, max_rows]`` int32 scratch the Adagrad updates deduplicate rows in."""
+        if self.mark.shape[0] < threads:
+            self.mark = np.full((threads, self.max_rows), -1, np.int32)
+        return self.mark
 
     @property
     def n_rows(self) -> int:
@@ -116,11 +157,13 @@ class PackedEmbeddings:
                     state = slow_tier.array(f"group{gi}_state", state)
             self.groups.append(PackedGroup(
                 idx, t0.dim, t0.pooling == "mean", np.array([self.tables[i].feature for i in idx], np.int64),
-                row_off, cols[idx[0]], w, state, np.full(n, -1, np.int64)))
+                row_off, cols[idx[0]], w, state, max(sizes)))
         n_feat = max(t.feature for t in self.tables) + 1
         self.hits = np.zeros(n_feat, np.int64)
         self.lookups = np.zeros(n_feat, np.int64)
         self._dummy_slot = np.full(1, -1, np.int32)
+        self._no_mark = np.full((1, 1), -1, np.int32)
+        self._outputs = OutputPool()
 
     # ---- forward / backward --------------------------------------------------------------
     def _cache_args(self, g: PackedGroup):
@@ -130,17 +173,13 @@ class PackedEmbeddings:
 
     def lookup(self, batch: JaggedBatch) -> torch.Tensor:
         """Return pooled embeddings ``[B, width]`` of `batch` (one kernel call per packed table)."""
-        out = np.empty((batch.batch_size, self.width), np.float32)
+        out = self._outputs.take((batch.batch_size, self.width))
         for g in self.groups:
             slot, cw, _, use = self._cache_args(g)
             with torch.profiler.record_function("picasso::packed_lookup"):
-                if batch.single_hot and not use:
-                    kernels.single_hot_lookup(g.weights, g.dim, g.feature, g.row_off, batch.values,
-                                              batch.batch_size, out, g.col0, self.chunks)
-                    continue
                 kernels.pooled_lookup(g.weights, g.dim, slot, cw, use, g.feature, g.row_off, batch.offsets,
-                                      batch.values, batch.batch_size, g.mean, out, g.col0, self.hits, self.lookups,
-                                      self.chunks)
+                                      batch.values, batch.batch_size, batch.single_hot, g.mean, out, g.col0,
+                                      self.hits, self.lookups, self.chunks)
         return torch.from_numpy(out)
 
     def apply(self, batch: JaggedBatch, emb, grad: torch.Tensor) -> None:
@@ -156,14 +195,11 @@ class PackedEmbeddings:
             st = g.state if states is None else states[gi]
             if states is not None:
                 use = False  # gradients are taken against the slow tier's row numbering
+            mark = self._no_mark if opt == kernels.SGD else g.scratch(self.chunks)
             with torch.profiler.record_function("picasso::fused_backward_update"):
-                if opt == kernels.SGD and batch.single_hot and not use:
-                    kernels.single_hot_sgd(g.weights, g.dim, g.feature, g.row_off, batch.values, batch.batch_size,
-                                           g_np, g.col0, self._lr32, self.chunks)
-                    continue
                 kernels.fused_backward_update(g.weights, g.dim, st, slot, cw, cs, use, g.feature, g.row_off,
                                               batch.offsets, batch.values, batch.batch_size, g.mean, g_np,
-                                              g.col0, opt, self._lr32, self._eps32, g.mark, self.chunks)
+                                              g.col0, opt, self._lr32, self._eps32, mark, self.chunks)
 
     def weight_gradients(self, batch: JaggedBatch, grad: torch.Tensor) -> list[np.ndarray]:
         """Return the dense gradient of each table's rows for output gradient `grad` (no update)."""

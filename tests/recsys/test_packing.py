@@ -89,3 +89,38 @@ def test_bad_grad_shape_is_refused():
         packed.apply(b, None, torch.zeros(8, 3))
     with pytest.raises(ValueError, match="optimizer='adam'"):
         PackedEmbeddings(tables, optimizer="adam")
+
+
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+def test_empty_and_mixed_bags_match_per_field(pooling):
+    from labkit.recsys.data import JaggedBatch
+    _, tables, _ = _setup(n_fields=3, dims=(4,), hotness=(1,), pooling=pooling, wide=False)
+    base, packed = PerFieldEmbeddings(tables, optimizer="adagrad"), PackedEmbeddings(tables, optimizer="adagrad")
+    lengths = np.array([1, 0, 3, 1, 2, 0, 0, 1, 4], np.int64)  # 3 fields x 3 samples, some bags empty
+    rng = np.random.default_rng(0)
+    values = np.concatenate([rng.integers(0, t.cardinality, n) for t, n in
+                             zip(tables, lengths.reshape(3, 3).sum(1))])
+    b = JaggedBatch([f"C{i + 1}" for i in range(3)], values, lengths, np.zeros((3, 13)), np.zeros(3))
+    assert not b.single_hot
+    eb, ep = base.lookup(b), packed.lookup(b)
+    assert torch.allclose(eb, ep, atol=1e-6)
+    grad = torch.randn(eb.shape, generator=torch.Generator().manual_seed(1))
+    base.apply(b, eb, grad)
+    packed.apply(b, None, grad)
+    for i in range(len(tables)):
+        np.testing.assert_allclose(packed.table_weights(i), base.table_weights(i), atol=2e-5)
+
+
+def test_lookup_never_overwrites_an_output_still_held():
+    _, tables, gen = _setup()
+    packed = PackedEmbeddings(tables)
+    b0, b1 = gen.batch(16, 0), gen.batch(16, 1)
+    first = packed.lookup(b0)
+    kept = first.detach()[2:]  # a view keeps the buffer alive too
+    expect, held = kept.clone(), first.data_ptr()
+    del first
+    second = packed.lookup(b1)
+    assert torch.equal(kept, expect) and second.data_ptr() != held
+    ptr = second.data_ptr()
+    del second
+    assert packed.lookup(b1).data_ptr() == ptr  # a buffer nobody holds is reused
