@@ -7,13 +7,14 @@ round gives each system the same group of mini-batches, order rotated, in one pr
 from __future__ import annotations
 
 import os
+import resource
 
 import numpy as np
 
 from labkit.core.bench import Bench, Claim
 from labkit.core.memory import MemoryBudget, fmt_bytes
 from labkit.core.systems import System, register
-from labkit.disk.system import open_system, presample, workload
+from labkit.disk.system import SAMPLERS, open_system, presample, workload
 
 CLAIMS = [
     Claim("disk.speedup_naive", "CaliEX vs naive disk training, GraphSAGE [15,10,5] h256 b1024",
@@ -39,6 +40,22 @@ SETTINGS = {"ci": {"per_call": 1, "repeats": 2, "fraction": 2.0,
                       "sweep_per_call": 3, "sweep_repeats": 3, "sweep": (0.0, 0.25, 0.5, 0.75, 1.0)}}
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process (all threads, I/O threads included)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _read_cost(system) -> float:
+    """Seconds the run's reads cost at the calibrated disk speed (requests and bytes, both files)."""
+    t = 0.0
+    for store in (system.topology, system.features):
+        if hasattr(store, "file"):
+            c, m = store.file.counters, store.policy.model
+            t += m.cost(c.requests, c.bytes_read)
+    return t
+
+
 def _runner(system, groups: list[list[np.ndarray]]):
     """A callable that trains `system` on the next group of mini-batches each time it is called."""
     state = {"k": 0}
@@ -46,8 +63,10 @@ def _runner(system, groups: list[list[np.ndarray]]):
     def call():
         k = state["k"]
         state["k"] += 1
+        c0 = _cpu_seconds()
         r = system.run(groups[k], first_index=10_000 * (k + 1))
         if k > 0:  # not the warm-up call
+            r.cpu_seconds = _cpu_seconds() - c0  # contenders run one at a time: the process's CPU is this one's
             system.info.setdefault("runs", []).append(r)
         return r
     return call
@@ -81,6 +100,11 @@ def _compare(b: Bench, model: str, names: list[str], st: dict):
                          m["bytes_read"] / 2**20 / (rounds * st["per_call"]))
                 b.record(f"disk.{model}.{n}.hit_rate_features", m["hit_rate_features"])
                 b.record(f"disk.{model}.{n}.hit_rate_topology", m["hit_rate_topology"])
+                nb = rounds * st["per_call"]
+                b.record(f"disk.{model}.{n}.requests_per_batch", m["requests"] / nb)
+                for key in ("topology", "features"):
+                    b.record(f"disk.{model}.{n}.mib_read_{key}_per_batch", m[f"bytes_read_{key}"] / 2**20 / nb)
+                b.record(f"disk.{model}.{n}.read_cost_s_per_batch", _read_cost(s) / nb)
         return c, systems, pre, mets, groups
     except BaseException:
         for s in systems.values():
@@ -96,6 +120,7 @@ def _stage_split(b: Bench, model: str, systems: dict) -> None:
         for stage in ("sample", "gather", "train"):
             b.record(f"disk.{model}.{n}.{stage}_s_per_batch", sum(r.busy[stage] for r in runs) / nb)
         b.record(f"disk.{model}.{n}.wall_s_per_batch", sum(r.seconds for r in runs) / nb)
+        b.record(f"disk.{model}.{n}.cpu_s_per_batch", sum(getattr(r, "cpu_seconds", 0.0) for r in runs) / nb)
 
 
 def bench(b: Bench) -> None:
@@ -114,6 +139,10 @@ def bench(b: Bench) -> None:
         b.record("disk.hit_rate_topology", m["hit_rate_topology"])
         b.record("disk.caliex.split_topology", systems["caliex"].split)
         b.record("disk.budget_mib", systems["caliex"].budget.total / 2**20)
+        b.record("disk.indices_mib", systems["caliex"].topology.file.size / 2**20)
+        ci = systems["caliex"].info
+        b.record("disk.caliex.cache_mib", ci["cache_bytes"] / 2**20)
+        b.record("disk.caliex.queue_slots_mib", (SAMPLERS * ci["slot_bytes"][0] + ci["slot_bytes"][1]) / 2**20)
         fc = systems["caliex"].features.cache
         b.record("disk.caliex.feature_rows_cached_fraction",
                  (fc.nodes.size if fc is not None else 0) / systems["caliex"].features.num_nodes)
@@ -164,35 +193,50 @@ def bench(b: Bench) -> None:
     b.record("disk.loadavg_1min_end", os.getloadavg()[0])
 
     ub = b.results["disk.upper_bound_speedup_naive"]
-    fd = pre.profile.feature_disk
-    disk = (f"the feature file was measured (calibrated on the pre-sampled reads) at "
-            f"{1 / fd.seconds_per_request:,.0f} requests/s and {fd.bytes_per_second / 1e9:.2f} GB/s")
+    fd, td = pre.profile.feature_disk, pre.profile.topology_disk
+    disk = (f"the disk, calibrated on the pre-sampled reads, does {1 / fd.seconds_per_request:,.0f} random "
+            f"requests/s and {td.bytes_per_second / 1e9:.2f} GB/s sequential")
     r = b.results
+    load = (f"1-min load average {load0:.1f} at the start, {r['disk.loadavg_1min_end']:.1f} at the end "
+            "(I/O threads waiting on the disk count too)")
+
+    def floor(model: str) -> str:
+        g = f"disk.{model}.caliex"
+        share = r[g + ".mib_read_topology_per_batch"] / r["disk.indices_mib"]
+        return (f"CaliEX runs {r[g + '.wall_s_per_batch']:.3f} s per mini-batch; its caches serve "
+                f"{r[g + '.hit_rate_features']:.0%} of feature rows and {r[g + '.hit_rate_topology']:.0%} "
+                f"of neighbour lists, and what they miss is {r[g + '.mib_read_topology_per_batch']:.0f} MiB "
+                f"of topology ({share:.0%} of the indices file"
+                + (": the last hop's lists are spread over most of its pages" if share > 0.5 else "")
+                + f") and {r[g + '.mib_read_features_per_batch']:.0f} MiB of feature pages, "
+                f"{r[g + '.requests_per_batch']:,.0f} requests in all, which cost "
+                f"{r[g + '.read_cost_s_per_batch']:.3f} s per mini-batch at the disk's speed ({disk}); "
+                f"the process burns {r[g + '.cpu_s_per_batch']:.2f} CPU-s per mini-batch on 2 cores "
+                + (f"(in memory {r[f'disk.{model}.memory.cpu_s_per_batch']:.2f}; "
+                   if f"disk.{model}.memory.cpu_s_per_batch" in r else "(")
+                + f"naive {r[f'disk.{model}.naive.cpu_s_per_batch']:.2f})")
+
     for cid, model in (("disk.speedup_naive", "sage"), ("disk.speedup_naive_gat", "gat")):
         if b.claims[cid].passed is not False:
             continue
+        g, nv = f"disk.{model}.caliex", f"disk.{model}.naive"
+        need = r[nv + ".wall_s_per_batch"] / 3.28
         if model == "sage" and ub < 3.28:
             b.note(f"{cid}: the in-memory system itself (no disk at all) is only {ub:.2f}x faster than naive "
-                   f"disk here, so no disk system can reach 3.28x: {disk}, and training is CPU-bound on 2 "
-                   f"cores shared with other jobs (1-min load average {load0:.1f} at the start, "
-                   f"{r['disk.loadavg_1min_end']:.1f} at the end).")
+                   f"disk here, so no disk system can reach 3.28x: {disk}; {load}.")
+            continue
+        tr = r[g + ".train_s_per_batch"]
+        if tr >= max(r[g + ".sample_s_per_batch"] / SAMPLERS, r[g + ".gather_s_per_batch"]):
+            why = (f"CaliEX is training-bound: {tr:.3f} s of training per mini-batch against {r[g + '.wall_s_per_batch']:.3f} s wall; naive spends "
+                   f"{r[nv + '.sample_s_per_batch'] + r[nv + '.gather_s_per_batch']:.3f} s on sampling and "
+                   f"gathering and {r[nv + '.train_s_per_batch']:.3f} s training, so hiding all of its I/O caps "
+                   f"the speedup near {r[nv + '.wall_s_per_batch'] / tr:.2f}x; training slows under the "
+                   f"overlapped stages because 2 cores are shared ({floor(model)})")
         else:
-            g, nv = f"disk.{model}.caliex", f"disk.{model}.naive"
-            io = max(r[g + ".sample_s_per_batch"], r[g + ".gather_s_per_batch"])
-            tr = r[g + ".train_s_per_batch"]
-            cache = (f"its caches (15% of the data, less indptr, staging and pipeline slots) serve "
-                     f"{r[g + '.hit_rate_features']:.0%} of feature rows and {r[g + '.hit_rate_topology']:.0%} "
-                     "of neighbour lists")
-            if io > tr:
-                why = (f"CaliEX is I/O-bound: {r[g + '.sample_s_per_batch']:.2f} s sampling and "
-                       f"{r[g + '.gather_s_per_batch']:.2f} s gathering (overlapped) per mini-batch against "
-                       f"{tr:.2f} s training; {cache}, and the misses are scattered 4 KiB reads ({disk}).")
-            else:
-                why = (f"CaliEX is training-bound: {tr:.2f} s of training per mini-batch, while naive spends "
-                       f"only {r[nv + '.sample_s_per_batch'] + r[nv + '.gather_s_per_batch']:.2f} s on I/O, so "
-                       f"hiding all of it caps the speedup near {r[nv + '.wall_s_per_batch'] / tr:.2f}x; {cache}.")
-            b.note(f"{cid}: {why} The naive baseline already uses the same direct-I/O engine (page sharing, "
-                   f"queue depth 8). Load average {load0:.1f} -> {r['disk.loadavg_1min_end']:.1f} on 2 cores.")
+            why = floor(model)
+        b.note(f"{cid}: 3.28x needs {need:.3f} s per mini-batch against naive's "
+               f"{r[nv + '.wall_s_per_batch']:.3f} s (naive: same engine, no caches, stages in turn). {why}. "
+               f"{load[0].upper() + load[1:]}.")
 
     if b.claims["disk.speedup_ginex"].passed is False:
         b.note(f"disk.speedup_ginex: Ginex-style here already runs on the same direct-I/O engine and its "
@@ -201,18 +245,23 @@ def bench(b: Bench) -> None:
                f"{r['disk.sage.ginex.hit_rate_features']:.0%}) and overlap, while both are bound by the "
                "scattered feature reads that remain.")
     if b.claims["disk.slowdown_vs_memory"].passed is False:
-        b.note(f"disk.slowdown_vs_memory: in memory a mini-batch costs {r['disk.sage.memory.wall_s_per_batch']:.2f} s; "
-               f"CaliEX's gather stage alone takes {r['disk.sage.caliex.gather_s_per_batch']:.2f} s for the "
-               f"{1 - r['disk.sage.caliex.hit_rate_features']:.0%} of rows its cache misses, because a 15% "
-               f"budget less indptr, staging and pipeline slots caches "
-               f"{r['disk.caliex.feature_rows_cached_fraction']:.0%} of the rows.")
+        mem = r["disk.sage.memory.wall_s_per_batch"]
+        b.note(f"disk.slowdown_vs_memory: in memory a mini-batch costs {mem:.3f} s, so 2x needs CaliEX at "
+               f"{2 * mem:.3f} s; {floor('sage')}. The budget ({r['disk.budget_mib']:.0f} MiB) gives "
+               f"{r['disk.caliex.cache_mib']:.0f} MiB to the caches "
+               f"({r['disk.caliex.feature_rows_cached_fraction']:.0%} of the feature rows; the rest is "
+               f"indptr, staging and {r['disk.caliex.queue_slots_mib']:.0f} MiB of pipeline slots), and the "
+               f"tuner's split gives the topology {r['disk.caliex.split_topology']:.0%} of it: a topology "
+               "cache spares only the pages it holds whole, while the feature cache spares a request per "
+               "hit row.")
     if b.claims["disk.tuner_gap"].passed is False:
         meds = [ct.median(n) for n in ct.names]
         b.note(f"disk.tuner_gap: the measured split medians span {max(meds) / min(meds) - 1:.0%} in all; "
                "the tuner's prediction misses the best measured split by the gap shown (its model prices "
                "I/O and training per stage; run-to-run noise on this shared machine is of the same order).")
     b.note("Budget = 15% of the dataset's bytes (ci: 200%, its batches touch a third of the graph); it "
-           "holds indptr, both caches, staging buffers and the pipeline's in-flight batches. Outside it: "
+           "holds indptr, both caches, staging buffers and the pipeline's in-flight batches (for CaliEX one "
+           f"sampled batch per sampler thread and one gathered batch's disk rows). Outside it: "
            f"the model with its Adam state ({rss['model'] / 2**20:.1f} MiB) and the mini-batch being "
            f"trained with its activations; in a fresh process CaliEX's peak RSS grew "
            f"{rss['growth'] / 2**20:.0f} MiB over its baseline for a budget peak of "

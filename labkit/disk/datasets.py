@@ -10,6 +10,17 @@ Files (all committed through the dataset registry, with manifest and sha256):
 - ``out_degree`` int32 [N]: what a degree-based (Ginex) neighbour-cache plan ranks by.
 - ``labels`` int16 [N], ``train`` / ``val`` int64 node ids.
 
+Profiles (R-MAT scale, 16 edges per node before self-loops are dropped, 128-d float32 features):
+
+- ``ci``: 2^15 = 32k nodes, ~0.5M edges, 16 MiB of features (tests and the notebook);
+- ``small``: 2^21 = 2.1M nodes, ~32M edges (128 MiB of indices), 1 GiB of features; the bench
+  budget, 15% of the dataset's bytes, is 176 MiB;
+- ``large``: 2^23 = 8.4M nodes, ~128M edges (512 MiB of indices; offsets still fit int32), 4 GiB
+  of features, about 4.6 GiB on disk; a 15% budget is about 700 MiB. Build it with
+  ``labkit data make caliex --profile large`` and bench it with ``labkit bench disk --profile
+  large`` (same settings as small). One builder serves every profile (the tests build ci);
+  large is not benchmarked in BENCHMARKS.md.
+
 Features are streamed chunk by chunk (centroid of the node's community plus Gaussian noise,
 noisy enough that one node alone is a poor guess and its neighbourhood a good one). The edge
 list itself is streamed twice through the graph core's chunked CSR builder; only the CSR is

@@ -297,3 +297,15 @@ def test_caliex_queues_hold_disk_rows_only(ds, pre):
         assert r.batches == 2 and b.peak <= b.total
     finally:
         s.close()
+
+
+def test_uncached_topology_reads_equal_memory(ds):
+    """Without a cache the lists come straight from the read buffer, in order, bit for bit."""
+    b = MemoryBudget("64MiB")
+    mt, dt = MemoryTopology.from_dataset(ds), DiskTopology(ds, b, policy=IOPolicy("auto"))
+    try:
+        s = batch_seeds(ds.array("train"), 128, 1)[0]
+        assert NeighborSampler(mt, [10, 5], seed=1).sample(s, 4).equals(NeighborSampler(dt, [10, 5], seed=1).sample(s, 4))
+        assert dt.stats.hits == 0 and dt.stats.misses > 0
+    finally:
+        dt.close()
