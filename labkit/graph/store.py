@@ -7,7 +7,9 @@
   process) or ``"dask"`` (each server is a Dask actor on its own worker process, so a remote
   fetch really is serialised and crosses a process boundary). The client may be one on a
   :func:`local_cluster` or ``Client("tcp://scheduler:8786")`` for workers on several machines:
-  partition p goes to the p-th worker (round robin). An optional
+  partition p goes to the p-th worker (round robin). Create that client with
+  ``direct_to_workers=True`` (as :func:`local_cluster` does): otherwise Dask relays every actor
+  call through the scheduler, which doubled the cost of a round on loopback. An optional
   :class:`~labkit.graph.importance.NeighborCache` answers lookups for important vertices
   locally and only the misses go to the owners.
 - :class:`StoreSampler`: multi-hop NEIGHBORHOOD sampling over any store, using the same numba

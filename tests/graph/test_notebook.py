@@ -15,7 +15,7 @@ def test_notebook_runs_and_records_metrics():
     m = run_notebook(NB, {"PROFILE": "ci"})
     assert m["build_edges"] == 16 << 14 and m["build_edges_per_s"] > 0 and m["streamed_edges"] > 0
     assert 0.6 < m["edge_cut_hash4"] < 0.85 and m["edge_cut_ldg4"] < m["edge_cut_hash4"]
-    assert m["balance_ldg4"] <= 1.06
+    assert m["balance_ldg4"] <= 1.06 and m["edge_cut_fennel4"] < m["edge_cut_hash4"]
     assert 0 < m["cache_fraction"] <= 0.2 and 0 < m["cache_hit_rate"] < 1
     assert len(m["operators"]) == 8 and all(v > 0 for v in m["operators"].values())
     assert m["gsl_shapes"] == [[64], [64, 10], [640, 5]]
