@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -34,6 +35,8 @@ def test_in_order_exactly_once(image_prog, split, no_leaks):
         assert pool.metrics()["per_worker_batches_per_s"] > 0
         cpu = pool.cpu_seconds()  # what the autoscaler's CPU gate reads
         assert set(cpu) == set(pool.pids().values()) and sum(cpu.values()) > 0
+        if hasattr(os, "sched_getscheduler"):
+            assert all(os.sched_getscheduler(pid) == os.SCHED_BATCH for pid in pool.pids().values())
 
 
 def test_killed_worker_batches_are_reissued(image_prog, split, no_leaks):
