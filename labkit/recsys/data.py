@@ -150,6 +150,11 @@ class JaggedBatch:
         """Return samples [start, stop) as a new batch (a micro-batch)."""
         b = self.batch_size
         lens = self.lengths.reshape(len(self.keys), b)[:, start:stop]
+        if self.single_hot:  # ids of field f at f*B + sample: one strided copy
+            out = JaggedBatch(self.keys, self.values.reshape(len(self.keys), b)[:, start:stop].reshape(-1),
+                              lens.reshape(-1), self.dense[start:stop], self.labels[start:stop])
+            out._single_hot = True
+            return out
         vals = [self.values[self.offsets[f * b + start]:self.offsets[f * b + stop]] for f in range(len(self.keys))]
         return JaggedBatch(self.keys, np.concatenate(vals) if vals else self.values[:0], lens.reshape(-1),
                            self.dense[start:stop], self.labels[start:stop])

@@ -59,7 +59,7 @@ class OutputPool:
     overwritten.
     """
 
-    def __init__(self, keep: int = 4) -> None:
+    def __init__(self, keep: int = 8) -> None:
         self.keep = keep
         self._arrays: list[np.ndarray] = []
         probe = [np.empty(1)]
