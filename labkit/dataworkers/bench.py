@@ -191,8 +191,10 @@ def bench(b: Bench) -> None:
                    "barely slows the single-process one).")
         if any(b.claims[i].passed is False for i in ("dw.speedup_monolithic", "dw.vs_dataloader_best")):
             cpus = f"{sum(busy) / len(busy):.2f}" if busy else "an unknown number of"
+            why = ("so more workers could only time-slice them" if scaler.cpu_bound else
+                   "(other processes held the rest; its last step up was still being judged or did not pay)")
             b.note(f"The autoscaler froze at {scaler.workers} workers: in its last windows the job kept {cpus} of "
-                   f"{scaler.cpus:.0f} CPUs busy, so more workers could only time-slice them; in the compare "
+                   f"{scaler.cpus:.0f} CPUs busy {why}; in the compare "
                    + ", ".join(f"static_workers{n} reached {c.ratio('monolithic', f'static_workers{n}'):.2f}x"
                                for n in s["sweep"])
                    + " over the monolithic job. A count above the CPU count wins only when other processes "
