@@ -206,8 +206,9 @@ def bench(b: Bench) -> None:
         return (f"CaliEX runs {r[g + '.wall_s_per_batch']:.3f} s per mini-batch; its caches serve "
                 f"{r[g + '.hit_rate_features']:.0%} of feature rows and {r[g + '.hit_rate_topology']:.0%} "
                 f"of neighbour lists, and what they miss is {r[g + '.mib_read_topology_per_batch']:.0f} MiB "
-                f"of topology ({share:.0%} of the indices file"
-                + (": the last hop's lists are spread over most of its pages" if share > 0.5 else "")
+                f"of topology ({share:.0%} of the indices file's size"
+                + (": each hop's lists are spread over most of its pages, so it is read nearly whole, "
+                   "hop by hop" if share > 0.5 else "")
                 + f") and {r[g + '.mib_read_features_per_batch']:.0f} MiB of feature pages, "
                 f"{r[g + '.requests_per_batch']:,.0f} requests in all, which cost "
                 f"{r[g + '.read_cost_s_per_batch']:.3f} s per mini-batch at the disk's speed ({disk}); "
@@ -266,8 +267,9 @@ def bench(b: Bench) -> None:
            f"trained with its activations; in a fresh process CaliEX's peak RSS grew "
            f"{rss['growth'] / 2**20:.0f} MiB over its baseline for a budget peak of "
            f"{rss['budget_peak'] / 2**20:.0f} MiB and a {rss['model'] / 2**20:.1f} MiB model; the rest, "
-           f"{rss['rest'] / 2**20:.0f} MiB, is the batch in training, its activations and allocator slack "
-           "(the stated fixed overhead; negative when freed memory was reused).")
+           f"{rss['rest'] / 2**20:.0f} MiB, is the batch in training, its activations, the working arrays of "
+           "the sampler threads (a hop's neighbour lists as read, tens of MiB on small) and allocator "
+           "slack (the stated fixed overhead; negative when freed memory was reused).")
 
 
 register(System("disk", "CaliEX", "CaliEX: disk-based GNN training with joint caching and execution (ICDE 2025)",
