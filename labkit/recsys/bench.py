@@ -285,10 +285,15 @@ def bench(b: Bench) -> None:
            f"({r3['ms'][r3['names'][0]]:.1f} ms), the faster non-interleaved setting. Halves of the packed step alone: "
            f"embedding {e1:.1f} ms and dense {m1:.1f} ms at {t1} thread, {en:.1f} and {mn:.1f} ms at {tn}.")
     if r3["interleave_over_packing"] < 1.1:
-        b.note(f"Interleaving gains only {r3['interleave_over_packing']:.2f}x: it can at best run the "
-               f"{e1 + m1:.1f} ms of one-thread work on two lanes ({(e1 + m1) / 2:.1f} ms, or the dense half "
-               f"{m1:.1f} ms if longer), against {en + mn:.1f} ms for both halves at {tn} threads; the halves scale "
-               f"{(e1 + m1) / (en + mn):.2f}x from 1 to {tn} threads, so little hardware idles for overlap to fill.")
+        bound = max((e1 + m1) / 2, e1)  # embedding kernels run on one lane at a time; dense work on both
+        ceiling, took = (en + mn) / bound, r3["ms"][r3["names"][1]]
+        why = (f"the halves already scale {(e1 + m1) / (en + mn):.2f}x from 1 to {tn} threads, so little hardware "
+               "idles for overlap to fill" if ceiling < 1.1 else
+               f"the interleaved step took {took:.1f} ms against that bound: smaller micro-batch kernels, the lanes' "
+               "handoffs and the two cores sharing caches and memory cost the difference")
+        b.note(f"Interleaving gains only {r3['interleave_over_packing']:.2f}x: two one-thread lanes can at best finish "
+               f"a step in {bound:.1f} ms (half of {e1 + m1:.1f} ms of one-thread work, the embedding half on one lane), "
+               f"against {en + mn:.1f} ms for both halves at {tn} threads, a ceiling of {ceiling:.2f}x; {why}.")
     if r3["interleave"] < 1:
         b.note("Interleaving the per-field model itself loses (recsys.interleave_on_per_field): every "
                "micro-batch repeats its F lookups, F backward ops and their Python dispatch, so the op count "
