@@ -275,14 +275,15 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
 
 
 def workload(profile: str = "ci", model: str = "sage", num_batches: int = 8, *, seed: int = 0,
-             budget_fraction: float = 0.15, presample_batches: int = 6):
+             budget_fraction: float = 0.15, presample_batches: int = 6, full_verify: bool = True):
     """Return (dataset, model config, budget bytes, presample seeds, training seeds) for a profile.
 
     The budget is `budget_fraction` of the dataset's bytes (above 1 only makes sense for tiny
-    graphs, where one mini-batch touches a third of the nodes).
+    graphs, where one mini-batch touches a third of the nodes). `full_verify=False` checks file
+    sizes only (for a child process whose parent already verified the checksums).
     """
     check_range("budget_fraction", budget_fraction, 0.0, 100.0, lo_open=True)
-    ds = open_dataset("caliex", profile)
+    ds = open_dataset("caliex", profile, full_verify=full_verify)
     cfg = ModelConfig.paper(model)
     train = ds.array("train", mmap=False)
     seeds = batch_seeds(train, cfg.batch_size, presample_batches + num_batches, seed)

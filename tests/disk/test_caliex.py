@@ -309,3 +309,40 @@ def test_uncached_topology_reads_equal_memory(ds):
         assert dt.stats.hits == 0 and dt.stats.misses > 0
     finally:
         dt.close()
+
+
+# ---------------------------------------------------------------- pyg_mmap (PyG on np.memmap in a memory cgroup)
+
+def test_pyg_mmap_batches_equal_in_memory_batches(ds):
+    """The child's mini-batches (sampled and gathered through np.memmap in a cgroup) equal the in-memory ones."""
+    from labkit.disk.pygmmap import batch_digest, cgroup_support, run_pyg_mmap
+    parent, reason = cgroup_support()
+    if parent is None:
+        pytest.skip(f"pyg_mmap needs a memory cgroup: {reason}")
+    r = run_pyg_mmap("ci", "sage", per_call=1, rounds=2, fraction=2.0, digests=True, timeout=300)
+    assert "skipped" not in r
+    _, cfg, _, _, seeds = workload("ci", "sage", 2, budget_fraction=2.0)
+    mem = open_system("memory", ds, MemoryBudget(1 << 40), cfg)
+    want = []
+    for k, s in enumerate(seeds):
+        b = mem.sampler.sample(s, 10_000 * (k + 1))
+        want.append(batch_digest(b, mem.features.gather(b.n_id)))
+    assert r["digests"] == want
+    # The cgroup was really applied (and removed: run_pyg_mmap's context manager).
+    assert 0 < r["cgroup"]["limit"] <= r["limit"]  # the kernel rounds down to a page
+    assert r["limit"] == r["baseline_charged"] + r["budget"] + r["anon_growth"]
+    assert len(r["accs"]) == 2 and all(0.0 <= a <= 1.0 for a in r["accs"])
+    assert not list(parent.glob("labkit-pyg-mmap-*"))
+
+
+def test_pyg_mmap_skips_with_a_reason_without_cgroups(monkeypatch):
+    from labkit.disk import pygmmap
+    monkeypatch.setattr(pygmmap, "_PROBED", (None, "creating a memory cgroup needs root (euid 1000)"))
+    r = pygmmap.run_pyg_mmap("ci", "sage", 1, 2, 2.0)
+    assert r == {"skipped": "creating a memory cgroup needs root (euid 1000)"}
+
+
+def test_pyg_mmap_bad_input():
+    from labkit.disk.pygmmap import run_pyg_mmap
+    with pytest.raises(ValueError, match="rounds"):
+        run_pyg_mmap("ci", "sage", 1, 1, 2.0)
