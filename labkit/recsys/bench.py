@@ -6,7 +6,9 @@ Cases (profile "small"; "ci" shrinks every size so the bench runs in seconds):
   vs packed tables with the fused backward + update vs TorchRec ``FusedEmbeddingBagCollection``
   (FBGEMM table-batched embedding, EXACT_SGD) when torchrec is installed;
 - the full training step of the documented Wide & Deep configuration (:data:`E2E_CONFIG`) with
-  each technique alone and together;
+  each technique alone and together (interleaving: 4 micro-batches on two one-thread lanes), and the
+  packed step's two halves (embedding, dense network) alone at 1 and all threads, which bound what
+  interleaving can gain;
 - operators per training step from ``torch.profiler``;
 - hot-row cache hit rate with 5% of rows cached, planned from observed id counts.
 """
@@ -155,7 +157,7 @@ def e2e_case(b: Bench, sz: dict) -> dict:
             m.train_step(batches[state["i"] % len(batches)])
             state["i"] += 1
         return run
-    # Interleaved models run their own two pipeline threads (intra-op threads set to 1 inside).
+    # Interleaved models run their own two lanes (one torch and one numba thread each, set inside).
     c = b.compare(f"Wide & Deep training step, {cfg['fields']} fields, batch {cfg['batch']}",
                   {f"{n}@{t}": with_threads(t, stepper(m)) for n, m in models.items()
                    for t in (thread_counts() if "interleave" not in n else [max(thread_counts())])},
@@ -251,7 +253,7 @@ def bench(b: Bench) -> None:
     b.record("recsys.threads", threads)
     b.record("recsys.load_average_at_start", os.getloadavg()[0])
     b.note(f"Each contender is timed with 1 and with {threads} torch/numba threads (name@threads); claims "
-           "compare the fastest setting of each side. Interleaved models use their two pipeline threads.")
+           "compare the fastest setting of each side. Interleaved models run two lanes of one thread each.")
     from labkit.recsys.baselines import torchrec as trec
     have_trec = trec.available()
     if not have_trec:
@@ -283,7 +285,8 @@ def bench(b: Bench) -> None:
     e1, m1, en, mn = p[f"embedding@{t1}"], p[f"dense@{t1}"], p[f"embedding@{tn}"], p[f"dense@{tn}"]
     b.note(f"recsys.interleave_speedup compares packing+interleave ({E2E_CONFIG['micro_batches']} micro-batches on two "
            f"lanes of one thread each, {r3['ms'][r3['names'][1]]:.1f} ms) with {r3['names'][0]} "
-           f"({r3['ms'][r3['names'][0]]:.1f} ms), the faster non-interleaved setting. Halves of the packed step alone (fastest of 7 runs): "
+           f"({r3['ms'][r3['names'][0]]:.1f} ms), the faster non-interleaved setting. Halves of the packed step "
+           "alone (fastest of 7 runs): "
            f"embedding {e1:.1f} ms and dense {m1:.1f} ms at {t1} thread, {en:.1f} and {mn:.1f} ms at {tn}.")
     if r3["interleave_over_packing"] < 1.1:
         bound = max((e1 + m1) / 2, e1)  # embedding kernels run on one lane at a time; dense work on both
