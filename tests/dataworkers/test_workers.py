@@ -36,6 +36,15 @@ def test_in_order_exactly_once(image_prog, split, no_leaks):
         cpu = pool.cpu_seconds()  # what the autoscaler's CPU gate reads
         assert set(cpu) == set(pool.pids().values()) and sum(cpu.values()) > 0
         if hasattr(os, "sched_getscheduler"):
+            assert all(os.sched_getscheduler(pid) == os.SCHED_OTHER for pid in pool.pids().values())
+
+
+def test_sched_batch_workers(image_prog, split, no_leaks):
+    keys = image_prog.batches(0)[:4]
+    with ProcessWorkerPool(split.stateless, workers=1, sched_batch=True) as pool:
+        got = list(pool.stream(keys))
+        assert all(same(a, b) for a, b in zip(reference(split, keys), got))
+        if hasattr(os, "sched_getscheduler"):
             assert all(os.sched_getscheduler(pid) == os.SCHED_BATCH for pid in pool.pids().values())
 
 
