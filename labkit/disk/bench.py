@@ -123,7 +123,7 @@ def _stage_split(b: Bench, model: str, systems: dict) -> None:
         b.record(f"disk.{model}.{n}.cpu_s_per_batch", sum(getattr(r, "cpu_seconds", 0.0) for r in runs) / nb)
 
 
-def _pyg_mmap(b: Bench, st: dict) -> None:
+def _pyg_mmap(b: Bench, st: dict, naive_losses: list[float]) -> None:
     """PyG on np.memmap in a child process under a memory cgroup: a reported anchor, not a claim."""
     from labkit.disk.pygmmap import run_pyg_mmap
     rounds = st.get("pyg_rounds", st["repeats"] + 1)
@@ -141,6 +141,10 @@ def _pyg_mmap(b: Bench, st: dict) -> None:
     for stage in ("sample", "gather", "train"):
         b.record(f"{g}.{stage}_s_per_batch", r["busy"][stage] / nb)
     b.record(g + ".acc_last_batches", float(np.mean(r["accs"][-st["per_call"]:])))
+    # Same mini-batches, same model seed: its losses are naive's first ones (it trains fewer groups).
+    n = len(r["losses"])
+    b.record(g + ".losses_match_naive", float(len(naive_losses) >= n and bool(
+        np.allclose(r["losses"], naive_losses[:n], rtol=1e-4, atol=1e-6))))
     b.record(g + ".mib_read_per_batch", r["read_bytes"] / 2**20 / nb)
     b.record(g + ".major_faults_per_batch", r["major_faults"] / nb)
     cg = r["cgroup"]
@@ -158,13 +162,18 @@ def _pyg_mmap(b: Bench, st: dict) -> None:
            "no labkit caches, stages in turn), same sampler, seeds and mini-batches as the other systems, "
            "run after them in a child process in a fresh cgroup v1 memory group and timed batch by batch "
            f"in the child ({nb} mini-batches after a warm-up group of {st['per_call']}; not interleaved "
-           "with the others). The dataset files' page cache is dropped first (posix_fadvise DONTNEED); "
+           "with the others" + (", and fewer groups, so its acc_last_batches is from earlier in training"
+                                if rounds < st["repeats"] + 1 else "")
+           + f"; losses_match_naive = {b.results[g + '.losses_match_naive']:.0f}: 1 when its losses equal "
+           "naive's on the same mini-batches). The dataset files' page cache is dropped first "
+           "(posix_fadvise DONTNEED); "
            f"the limit, {r['limit'] / 2**20:.0f} MiB, is the child's baseline charged to the group "
            f"({r['baseline_charged'] / 2**20:.0f} MiB: anonymous plus mapped file pages, after imports, "
            f"before touching the data) + the budget ({r['budget'] / 2**20:.0f} MiB) + the peak "
            f"anonymous growth of a mini-batch in training measured during the warm-up "
            f"({r['anon_growth'] / 2**20:.0f} MiB: gathered rows, activations, model; the allowance "
-           "CaliEX also gets outside its budget; without it the child is OOM-killed), so the page cache "
+           "CaliEX also gets outside its budget; at the small profile a limit without it got the child "
+           "OOM-killed), so the page cache "
            f"holds about the budget. It read {r['read_bytes'] / 2**20 / nb:,.0f} MiB from the disk per "
            f"mini-batch (readahead around each fault, pages evicted before reuse; the group hit its "
            f"limit {cg['failcnt']:,} times) and spent {r['busy']['gather'] / nb:.2f} s per mini-batch "
@@ -201,8 +210,9 @@ def bench(b: Bench) -> None:
     finally:
         for s in systems.values():
             s.close()
+    naive_losses = list(systems["naive"].trainer.losses)
     del systems
-    _pyg_mmap(b, st)
+    _pyg_mmap(b, st, naive_losses)
 
     # Tuner: CaliEX at a sweep of splits plus the tuned one, interleaved on the same mini-batches.
     rounds, k = st["sweep_repeats"] + 1, st["sweep_per_call"]
