@@ -42,21 +42,27 @@ def hash_partition(num_nodes: int, num_parts: int) -> np.ndarray:
 
 
 @njit(nogil=True, cache=True)
+def _count_placed(v, out_ptr, out_idx, in_ptr, in_idx, owner, score):
+    """score[p] = how many of v's already-placed (out- and in-) neighbours partition p holds."""
+    score[:] = 0.0
+    for p in range(out_ptr[v], out_ptr[v + 1]):
+        o = owner[out_idx[p]]
+        if o >= 0:
+            score[o] += 1.0
+    for p in range(in_ptr[v], in_ptr[v + 1]):
+        o = owner[in_idx[p]]
+        if o >= 0:
+            score[o] += 1.0
+
+
+@njit(nogil=True, cache=True)
 def _ldg(out_ptr, out_idx, in_ptr, in_idx, order, num_parts, capacity):
     n = len(out_ptr) - 1
     owner = np.full(n, -1, np.int32)
     size = np.zeros(num_parts, np.int64)
     score = np.zeros(num_parts, np.float64)
     for v in order:
-        score[:] = 0.0
-        for p in range(out_ptr[v], out_ptr[v + 1]):
-            o = owner[out_idx[p]]
-            if o >= 0:
-                score[o] += 1.0
-        for p in range(in_ptr[v], in_ptr[v + 1]):
-            o = owner[in_idx[p]]
-            if o >= 0:
-                score[o] += 1.0
+        _count_placed(v, out_ptr, out_idx, in_ptr, in_idx, owner, score)
         best = -1
         best_s = -1.0
         for i in range(num_parts):
@@ -95,15 +101,7 @@ def _fennel(out_ptr, out_idx, in_ptr, in_idx, order, num_parts, capacity, alpha,
     size = np.zeros(num_parts, np.int64)
     score = np.zeros(num_parts, np.float64)
     for v in order:
-        score[:] = 0.0
-        for p in range(out_ptr[v], out_ptr[v + 1]):
-            o = owner[out_idx[p]]
-            if o >= 0:
-                score[o] += 1.0
-        for p in range(in_ptr[v], in_ptr[v + 1]):
-            o = owner[in_idx[p]]
-            if o >= 0:
-                score[o] += 1.0
+        _count_placed(v, out_ptr, out_idx, in_ptr, in_idx, owner, score)
         best = -1
         best_s = -np.inf
         for i in range(num_parts):
