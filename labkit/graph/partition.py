@@ -56,7 +56,10 @@ def _count_placed(v, out_ptr, out_idx, in_ptr, in_idx, owner, score):
 
 
 @njit(nogil=True, cache=True)
-def _ldg(out_ptr, out_idx, in_ptr, in_idx, order, num_parts, capacity):
+def _stream_partition(out_ptr, out_idx, in_ptr, in_idx, order, num_parts, capacity, fennel, alpha, gamma):
+    """One pass over `order`: each vertex goes to the open partition with the best score for its
+    already-placed neighbours. LDG: placed * (1 - |P|/capacity); Fennel: placed minus the marginal
+    cost of growing P, alpha * gamma * |P|^(gamma-1). Ties go to the least loaded partition."""
     n = len(out_ptr) - 1
     owner = np.full(n, -1, np.int32)
     size = np.zeros(num_parts, np.int64)
@@ -64,12 +67,14 @@ def _ldg(out_ptr, out_idx, in_ptr, in_idx, order, num_parts, capacity):
     for v in order:
         _count_placed(v, out_ptr, out_idx, in_ptr, in_idx, owner, score)
         best = -1
-        best_s = -1.0
+        best_s = -np.inf
         for i in range(num_parts):
             if size[i] >= capacity:
                 continue
-            s = score[i] * (1.0 - size[i] / capacity)
-            # Ties (e.g. no placed neighbours) go to the least loaded partition.
+            if fennel:
+                s = score[i] - alpha * gamma * size[i] ** (gamma - 1.0)
+            else:
+                s = score[i] * (1.0 - size[i] / capacity)
             if s > best_s or (s == best_s and size[i] < size[best]):
                 best, best_s = i, s
         owner[v] = best
@@ -91,29 +96,8 @@ def ldg_partition(csr: CSR, num_parts: int, *, csc: CSR | None = None, slack: fl
     n = csr.num_nodes
     order = np.random.default_rng(seed).permutation(n)
     capacity = max(1.0, np.ceil(slack * n / num_parts))
-    return _ldg(csr.indptr, csr.indices, csc.indptr, csc.indices, order, num_parts, capacity)
-
-
-@njit(nogil=True, cache=True)
-def _fennel(out_ptr, out_idx, in_ptr, in_idx, order, num_parts, capacity, alpha, gamma):
-    n = len(out_ptr) - 1
-    owner = np.full(n, -1, np.int32)
-    size = np.zeros(num_parts, np.int64)
-    score = np.zeros(num_parts, np.float64)
-    for v in order:
-        _count_placed(v, out_ptr, out_idx, in_ptr, in_idx, owner, score)
-        best = -1
-        best_s = -np.inf
-        for i in range(num_parts):
-            if size[i] >= capacity:
-                continue
-            # Neighbours gained minus the marginal cost of growing partition i: alpha * gamma * |P_i|^(gamma-1).
-            s = score[i] - alpha * gamma * size[i] ** (gamma - 1.0)
-            if s > best_s or (s == best_s and size[i] < size[best]):
-                best, best_s = i, s
-        owner[v] = best
-        size[best] += 1
-    return owner
+    return _stream_partition(csr.indptr, csr.indices, csc.indptr, csc.indices, order, num_parts, capacity,
+                             False, 0.0, 1.0)
 
 
 def fennel_partition(csr: CSR, num_parts: int, *, csc: CSR | None = None, gamma: float = 1.5,
@@ -132,8 +116,8 @@ def fennel_partition(csr: CSR, num_parts: int, *, csc: CSR | None = None, gamma:
     alpha = np.sqrt(num_parts) * m / max(1.0, float(n)) ** gamma
     order = np.random.default_rng(seed).permutation(n)
     capacity = max(1.0, np.ceil(slack * n / num_parts))
-    return _fennel(csr.indptr, csr.indices, csc.indptr, csc.indices, order, num_parts, capacity,
-                   float(alpha), float(gamma))
+    return _stream_partition(csr.indptr, csr.indices, csc.indptr, csc.indices, order, num_parts, capacity,
+                             True, float(alpha), float(gamma))
 
 
 @njit(nogil=True, cache=True)
