@@ -40,6 +40,7 @@ import numba
 import numpy as np
 
 from labkit.core.errors import LabkitError, bad_value, check_range
+from labkit.core.machine import mounts
 from labkit.core.memory import MemoryBudget, Reservation
 
 PAGE = 4096
@@ -206,17 +207,9 @@ def filesystem_type(path: str | os.PathLike) -> str:
     """Return the type of the filesystem holding `path` (from /proc/mounts), or "" if unknown."""
     p = os.path.realpath(path)
     best, kind = "", ""
-    try:
-        with open("/proc/mounts") as fh:
-            for line in fh:
-                parts = line.split()
-                if len(parts) < 3:
-                    continue
-                mnt = parts[1].replace("\\040", " ")
-                if (p == mnt or p.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
-                    best, kind = mnt, parts[2]
-    except OSError:
-        return ""
+    for _dev, mnt, fstype, _opts in mounts():
+        if (p == mnt or p.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+            best, kind = mnt, fstype
     return kind
 
 

@@ -63,6 +63,20 @@ def gpu_info() -> dict | None:
             pass
 
 
+def mounts() -> list[tuple[str, str, str, tuple[str, ...]]]:
+    """Return /proc/self/mounts as (device, mount point, filesystem type, options); [] where unreadable."""
+    out = []
+    try:
+        with open("/proc/self/mounts") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) >= 4:
+                    out.append((parts[0], parts[1].replace("\\040", " "), parts[2], tuple(parts[3].split(","))))
+    except OSError:
+        pass
+    return out
+
+
 def reset_peak_rss() -> bool:
     """Reset the kernel's peak-RSS mark for this process (Linux clear_refs 5); False if unsupported."""
     try:

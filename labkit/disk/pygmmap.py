@@ -43,6 +43,8 @@ import time
 import uuid
 from pathlib import Path
 
+from labkit.core.machine import mounts
+
 SYSTEM = "pyg_mmap"
 _PROBED: tuple[Path | None, str] | None = None
 
@@ -50,18 +52,11 @@ _PROBED: tuple[Path | None, str] | None = None
 def _memory_mount() -> tuple[Path | None, bool]:
     """Return (mount point of the cgroup v1 memory controller or None, whether cgroup2 is mounted)."""
     v1, v2 = None, False
-    try:
-        with open("/proc/self/mounts") as fh:
-            for line in fh:
-                parts = line.split()
-                if len(parts) < 4:
-                    continue
-                if parts[2] == "cgroup" and "memory" in parts[3].split(","):
-                    v1 = Path(parts[1])
-                elif parts[2] == "cgroup2":
-                    v2 = True
-    except OSError:
-        pass
+    for _dev, mnt, fstype, opts in mounts():
+        if fstype == "cgroup" and "memory" in opts:
+            v1 = Path(mnt)
+        elif fstype == "cgroup2":
+            v2 = True
     return v1, v2
 
 
