@@ -4,8 +4,8 @@ The three stages are *sample* (read topology, pick neighbours), *gather* (read f
 and *train* (forward, backward, step). :func:`run_serial` runs them back to back per
 mini-batch, as naive disk training does. :func:`run_superbatch` is Ginex's schedule: sample a
 whole superbatch first (so the feature cache can plan Belady replacement), then gather and
-train batch by batch. :func:`run_pipelined` is CaliEX's: a sampler thread and a gatherer thread
-feed the trainer through bounded queues, so disk reads, numba sampling and torch training
+train batch by batch. :func:`run_pipelined` is CaliEX's: sampler threads (each sampling a group
+of mini-batches with one topology fetch per hop) and a gatherer thread feed the trainer through bounded queues, so disk reads, numba sampling and torch training
 (all GIL-free for their heavy parts) overlap. Queue slots are reserved from the memory budget.
 
 Every run returns :class:`RunStats`: per-stage busy time, a timeline of (stage, batch, start,
@@ -58,8 +58,10 @@ class _Clock:
     def __init__(self, stats: RunStats) -> None:
         self.stats, self.t0, self.lock = stats, time.perf_counter(), threading.Lock()
 
-    def stage(self, name: str, batch: int):
+    def stage(self, name: str, batch: int | list[int]):
+        """Time a stage's work on `batch` (or on a group of batches done together, counted once)."""
         clock = self
+        group = batch if isinstance(batch, list) else [batch]
 
         class _Span:
             def __enter__(self_inner):
@@ -69,7 +71,8 @@ class _Clock:
                 b = time.perf_counter()
                 with clock.lock:
                     clock.stats.busy[name] += b - self_inner.a
-                    clock.stats.timeline.append((name, batch, self_inner.a - clock.t0, b - clock.t0))
+                    for i in group:
+                        clock.stats.timeline.append((name, i, self_inner.a - clock.t0, b - clock.t0))
         return _Span()
 
 
@@ -128,13 +131,16 @@ _DONE = object()
 
 def run_pipelined(sampler: NeighborSampler, features, trainer, seeds: list[np.ndarray],
                   labels: np.ndarray, budget: MemoryBudget, *, depth: int = 1,
-                  slot_bytes: tuple[int, int] = (0, 0), first_index: int = 0, samplers: int = 1) -> RunStats:
+                  slot_bytes: tuple[int, int] = (0, 0), first_index: int = 0, samplers: int = 1,
+                  group: int = 1) -> RunStats:
     """Run sample -> gather -> train as concurrent stages, `depth` batches in flight per edge.
 
-    `samplers` threads sample consecutive mini-batches side by side (batch k on thread
-    k mod samplers), so one thread's numba work overlaps another's topology reads; the
-    gatherer still takes batches in index order. Batch k may start sampling only while
-    fewer than ``depth * samplers`` sampled batches wait for the gatherer, and at most `depth`
+    `samplers` threads sample consecutive groups of `group` mini-batches side by side (group g
+    on thread g mod samplers; a group shares one topology fetch per hop, see
+    :meth:`NeighborSampler.sample_group`), so one thread's numba work overlaps another's
+    topology reads; the gatherer still takes batches in index order. A group may start
+    sampling only while its last batch would leave fewer than ``depth * samplers * group``
+    sampled batches waiting for the gatherer, and at most `depth`
     gathered batches (being gathered or queued) exist at once; their bytes, `slot_bytes` =
     (one sampled batch, one gathered batch), are reserved from the budget up front. A batch
     bigger than its slot grows the reservation (and so can raise BudgetExceeded rather than
@@ -145,11 +151,12 @@ def run_pipelined(sampler: NeighborSampler, features, trainer, seeds: list[np.nd
     """
     check_range("depth", depth, 1, 64, integer=True)
     check_range("samplers", samplers, 1, 16, integer=True)
+    check_range("group", group, 1, 64, integer=True)
     st = RunStats("pipelined")
     clock = _Clock(st)
     q2: queue.Queue = queue.Queue()
     tok2 = threading.Semaphore(depth)
-    cap = depth * samplers
+    cap = depth * samplers * group
     res1 = budget.reserve("pipeline slots (sampled)", cap * slot_bytes[0])
     res2 = budget.reserve("pipeline slots (gathered)", depth * slot_bytes[1])
     errors: list[BaseException] = []
@@ -174,18 +181,24 @@ def run_pipelined(sampler: NeighborSampler, features, trainer, seeds: list[np.nd
 
     def sample_stage(w: int) -> None:
         try:
-            for k in range(w, n, samplers):
+            for k0 in range(w * group, n, samplers * group):
+                ks = list(range(k0, min(k0 + group, n)))
                 with cond:
-                    while k - taken[0] >= cap and not stop.is_set():
+                    # At the start, the first groups are sampled one after another: run side by
+                    # side they would share the disk and both finish late, and the gatherer
+                    # waits for the first. From then on the threads stay staggered by themselves.
+                    while ((ks[-1] - taken[0] >= cap or (k0 < samplers * group and k0 - group >= 0
+                                                         and k0 - group not in ready and taken[0] == 0))
+                           and not stop.is_set()):
                         cond.wait(0.1)
                 if stop.is_set():
                     return
-                i = first_index + k
-                with clock.stage("sample", i):
-                    b = sampler.sample(seeds[k], i)
-                fit(res1, b.nbytes, cap)
+                idx = [first_index + k for k in ks]
+                with clock.stage("sample", idx):
+                    bs = sampler.sample_group([seeds[k] for k in ks], idx)
+                fit(res1, max(b.nbytes for b in bs), cap)
                 with cond:
-                    ready[k] = b
+                    ready.update(zip(ks, bs))
                     cond.notify_all()
         except BaseException as e:  # surfaced in the caller
             errors.append(e)

@@ -266,6 +266,7 @@ def batch_digest(batch, x) -> str:
 def _child(argv: list[str]) -> None:
     profile, model, per_call, rounds, fraction, digests = (argv[0], argv[1], int(argv[2]), int(argv[3]),
                                                           float(argv[4]), argv[5] == "1")
+    take = int(argv[6]) if len(argv) > 6 else per_call
     import numpy as np  # noqa: F401  (imports first: they belong to the baseline)
     import torch  # noqa: F401
     import torch_geometric  # noqa: F401
@@ -291,7 +292,8 @@ def _child(argv: list[str]) -> None:
     wait_go()
     ds, cfg, budget, _, seeds = workload(profile, model, rounds * per_call, budget_fraction=fraction,
                                          full_verify=False)
-    groups = [seeds[i * per_call:(i + 1) * per_call] for i in range(rounds)]
+    # The bench's groups of `per_call` (same seeds, same batch indices), the first `take` of each.
+    groups = [seeds[i * per_call:i * per_call + take] for i in range(rounds)]
     sampler, feat, trainer, labels = open_mmap_system(ds, cfg)
     out_digests = []
 
@@ -313,7 +315,7 @@ def _child(argv: list[str]) -> None:
     wait_go()
     flt0, io0 = _majflt(), _io_read_bytes()
     runs = [run_group(k) for k in range(1, rounds)]
-    nb = (rounds - 1) * per_call
+    nb = (rounds - 1) * take
     res = {"event": "done", "batches": nb, "major_faults": _majflt() - flt0, "read_bytes": _io_read_bytes() - io0,
            "accs": [float(a) for a in trainer.accs], "losses": [float(v) for v in trainer.losses],
            "digests": out_digests}
@@ -331,11 +333,13 @@ def _majflt() -> int:
 # ---------------------------------------------------------------- the parent side
 
 def run_pyg_mmap(profile: str, model: str = "sage", per_call: int = 1, rounds: int = 2, fraction: float = 0.15,
-                 *, digests: bool = False, timeout: float = 900.0, allowance: bool = True) -> dict:
+                 *, digests: bool = False, timeout: float = 900.0, allowance: bool = True,
+                 take: int | None = None) -> dict:
     """Run pyg_mmap in a child process in a fresh memory cgroup; return its measurements.
 
     The child trains `rounds` groups of `per_call` mini-batches (the bench's groups: the first is
-    the warm-up), timing the others. Returns ``{"skipped": reason}`` where no cgroup is usable.
+    the warm-up), timing the others; `take` trains only each group's first `take` (same seeds
+    and batch indices as the bench's, for a baseline that takes seconds per batch). Returns ``{"skipped": reason}`` where no cgroup is usable.
     `allowance=False` leaves the batch in training out of the limit (baseline + budget only; at
     the small profile the child is then OOM-killed, measured).
     """
@@ -344,6 +348,8 @@ def run_pyg_mmap(profile: str, model: str = "sage", per_call: int = 1, rounds: i
     from labkit.disk.system import dataset_bytes
     check_range("per_call", per_call, 1, integer=True)
     check_range("rounds", rounds, 2, integer=True)
+    take = per_call if take is None else take
+    check_range("take", take, 1, per_call, integer=True)
     parent, reason = cgroup_support()
     if parent is None:
         return {"skipped": reason}
@@ -353,7 +359,7 @@ def run_pyg_mmap(profile: str, model: str = "sage", per_call: int = 1, rounds: i
     with MemoryCgroup(parent) as cg:
         cmd = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cg.path / "cgroup.procs"), sys.executable,
                "-m", "labkit.disk.pygmmap", profile, model, str(per_call), str(rounds), repr(fraction),
-               "1" if digests else "0"]
+               "1" if digests else "0", str(take)]
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
         lines: queue.Queue = queue.Queue()

@@ -27,8 +27,8 @@ class SampledBatch:
 
     index: int
     n_id: np.ndarray            # global node ids; the first batch_size are the seeds
-    edge_src: np.ndarray        # local ids (message source: the sampled neighbour)
-    edge_dst: np.ndarray        # local ids (message target: the frontier node)
+    edge_src: np.ndarray        # local ids, int32 (message source: the sampled neighbour)
+    edge_dst: np.ndarray        # local ids, int32 (message target: the frontier node)
     node_hops: np.ndarray       # node_hops[h] = number of nodes in hops 0..h
     edge_hops: np.ndarray       # edge_hops[h] = number of edges sampled in hops 0..h
     batch_size: int
@@ -61,41 +61,84 @@ class NeighborSampler:
 
     def sample(self, seeds: np.ndarray, index: int) -> SampledBatch:
         """Return mini-batch `index`'s sampled graph around `seeds` (unique node ids)."""
-        seeds = np.asarray(seeds, np.int64)
-        key = (self.seed * 1_000_003 + index) & 0x7FFF_FFFF_FFFF_FFFF
-        n_id = [seeds]
-        known = np.sort(seeds)
-        known_local = np.argsort(seeds, kind="stable")
-        node_hops = [seeds.size]
-        srcs, dsts, edge_hops = [], [], []
-        lo, hi = 0, seeds.size
-        total_edges = 0
+        return self.sample_group([seeds], [index])[0]
+
+    def sample_group(self, seeds: list[np.ndarray], indices: list[int]) -> list[SampledBatch]:
+        """Sample several mini-batches side by side, one topology fetch per hop for all of them.
+
+        At each hop the batches' frontiers are merged (each node once) and their neighbour lists
+        fetched together, so a page of the topology file that several batches need is read once
+        per group rather than once per batch: at the last hop, where one batch's frontier
+        already touches most pages, a group of G batches costs about what one batch does. Each
+        batch then draws from the merged lists exactly as it would alone (draws depend on the
+        batch, the hop and the position in its own frontier), so the batches are bit-identical
+        to :meth:`sample`'s.
+        """
+        if len(seeds) != len(indices):
+            raise ValueError(f"indices has {len(indices)} entries for {len(seeds)} seed arrays; expected one per batch")
+        states = [_BatchState(np.asarray(s, np.int64), (self.seed * 1_000_003 + i) & 0x7FFF_FFFF_FFFF_FFFF)
+                  for s, i in zip(seeds, indices)]
         for h, fanout in enumerate(self.fanouts):
-            frontier = n_id[-1]
-            ptr, idx = self.topology.fetch(frontier)
-            lptr, eid = sample_neighbors(ptr, idx, np.arange(frontier.size), fanout, seed=key, stream=h)
-            counts = np.diff(lptr)
-            picks = idx[eid].astype(np.int64)
-            dst_local = np.repeat(np.arange(lo, hi, dtype=np.int64), counts)
-            uniq = np.unique(picks)
-            pos = np.searchsorted(known, uniq)
-            pos_c = np.minimum(pos, known.size - 1)
-            new = uniq[~((pos < known.size) & (known[pos_c] == uniq))]
-            start = hi
-            n_id.append(new)
-            allk = np.concatenate([known, new])
-            alll = np.concatenate([known_local, np.arange(start, start + new.size, dtype=np.int64)])
-            o = np.argsort(allk, kind="stable")
-            known, known_local = allk[o], alll[o]
-            src_local = known_local[np.searchsorted(known, picks)]
-            srcs.append(src_local)
-            dsts.append(dst_local)
-            total_edges += picks.size
-            edge_hops.append(total_edges)
-            lo, hi = start, start + new.size
-            node_hops.append(hi)
-        return SampledBatch(index, np.concatenate(n_id), np.concatenate(srcs), np.concatenate(dsts),
-                            np.array(node_hops), np.array(edge_hops), seeds.size)
+            if len(states) == 1:
+                frontier = states[0].frontier
+                ptr, idx = self.topology.fetch(frontier)
+                rows = [np.arange(frontier.size)]
+            else:
+                union = np.unique(np.concatenate([st.frontier for st in states]))
+                ptr, idx = self.topology.fetch(union)
+                rows = [np.searchsorted(union, st.frontier) for st in states]
+            for st, r in zip(states, rows):
+                st.hop(ptr, idx, r, fanout, h)
+        return [st.result(i) for st, i in zip(states, indices)]
+
+
+class _BatchState:
+    """One mini-batch while it is being sampled: nodes known so far (sorted, with local ids), edges."""
+
+    def __init__(self, seeds: np.ndarray, key: int) -> None:
+        self.key = key
+        self.n_id = [seeds]
+        self.known = np.sort(seeds)
+        self.known_local = np.argsort(seeds, kind="stable")
+        self.node_hops = [seeds.size]
+        self.srcs: list[np.ndarray] = []
+        self.dsts: list[np.ndarray] = []
+        self.edge_hops: list[int] = []
+        self.lo, self.hi = 0, seeds.size
+        self.total_edges = 0
+
+    @property
+    def frontier(self) -> np.ndarray:
+        return self.n_id[-1]
+
+    def hop(self, ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray, fanout: int, h: int) -> None:
+        """Pick up to `fanout` neighbours of each frontier node; `rows` are their lists in (ptr, idx)."""
+        lptr, eid = sample_neighbors(ptr, idx, rows, fanout, seed=self.key, stream=h)
+        counts = np.diff(lptr)
+        picks = idx[eid].astype(np.int64)
+        dst_local = np.repeat(np.arange(self.lo, self.hi, dtype=np.int64), counts)
+        uniq = np.unique(picks)
+        known = self.known
+        pos = np.searchsorted(known, uniq)
+        pos_c = np.minimum(pos, known.size - 1)
+        new = uniq[~((pos < known.size) & (known[pos_c] == uniq))]
+        start = self.hi
+        self.n_id.append(new)
+        allk = np.concatenate([known, new])
+        alll = np.concatenate([self.known_local, np.arange(start, start + new.size, dtype=np.int64)])
+        o = np.argsort(allk, kind="stable")
+        self.known, self.known_local = allk[o], alll[o]
+        # Local ids fit int32 (a mini-batch has far fewer than 2^31 nodes): half the queue bytes.
+        self.srcs.append(self.known_local[np.searchsorted(self.known, picks)].astype(np.int32))
+        self.dsts.append(dst_local.astype(np.int32))
+        self.total_edges += picks.size
+        self.edge_hops.append(self.total_edges)
+        self.lo, self.hi = start, start + new.size
+        self.node_hops.append(self.hi)
+
+    def result(self, index: int) -> SampledBatch:
+        return SampledBatch(index, np.concatenate(self.n_id), np.concatenate(self.srcs), np.concatenate(self.dsts),
+                            np.array(self.node_hops), np.array(self.edge_hops), int(self.n_id[0].size))
 
 
 def batch_seeds(train: np.ndarray, batch_size: int, num_batches: int, seed: int = 0) -> list[np.ndarray]:

@@ -107,7 +107,7 @@ def out_degree(ds: Dataset) -> np.ndarray:
 
 
 def holdout_tuner(pre: Presampled, indptr: np.ndarray, row_bytes: int, cache_bytes: int, *,
-                  fplan_prior: np.ndarray | None = None) -> Tuner:
+                  fplan_prior: np.ndarray | None = None, group: int = 1) -> Tuner:
     """A tuner whose plans come from half the pre-sampled batches and whose predictions from the other half.
 
     Plans built from the very batches they are scored on would predict hit rates no new batch
@@ -117,7 +117,18 @@ def holdout_tuner(pre: Presampled, indptr: np.ndarray, row_bytes: int, cache_byt
     fit, held = pre.batches[:k], pre.batches[k:] or pre.batches[:k]
     counts = plans.AccessCounts.from_batches(fit, indptr.size - 1)
     return Tuner(held, indptr, row_bytes, plans.topology_presampled(counts, indptr),
-                 plans.features_presampled(counts, row_bytes, prior=fplan_prior), pre.profile, cache_bytes)
+                 plans.features_presampled(counts, row_bytes, prior=fplan_prior), pre.profile, cache_bytes,
+                 group=group)
+
+
+def group_choices(pre: Presampled) -> list[int]:
+    """Sampling group sizes the tuner can score: powers of two up to the held-out batch count."""
+    return [g for g in (1, 2, 4, 8) if g <= _held_out(pre)]
+
+
+def _held_out(pre: Presampled) -> int:
+    """How many pre-sampled batches :func:`holdout_tuner` scores."""
+    return len(pre.batches) - max(1, len(pre.batches) // 2) or len(pre.batches)
 
 
 @dataclass
@@ -139,6 +150,7 @@ class DiskGNN:
     superbatch: int = 4
     info: dict = field(default_factory=dict)
     samplers: int = SAMPLERS  # pipelined schedules only
+    group: int = 1  # mini-batches a sampler thread samples together (pipelined schedules only)
 
     def run(self, seeds: list[np.ndarray], *, first_index: int = 0) -> RunStats:
         """Train on one mini-batch per entry of `seeds` with this system's schedule."""
@@ -149,7 +161,7 @@ class DiskGNN:
                                   superbatch=self.superbatch, first_index=first_index)
         return run_pipelined(self.sampler, self.features, self.trainer, seeds, self.labels, self.budget,
                              depth=self.pipeline_depth, slot_bytes=self.slot_bytes, first_index=first_index,
-                             samplers=self.samplers)
+                             samplers=self.samplers, group=self.group)
 
     def reset_counters(self) -> None:
         for s in (self.topology, self.features):
@@ -182,12 +194,60 @@ class DiskGNN:
         self.features.close()
 
 
+def _size_caliex(pre: Presampled, budget: MemoryBudget, topo: DiskTopology, feat: DiskFeatures, ds: Dataset,
+                 samplers: int, group: int, split: float | None) -> dict:
+    """Size CaliEX's queues and caches for one sampling group; return the tuner's pick and prediction.
+
+    The queues hold one group of sampled batches per sampler thread and one gathered batch's
+    *disk rows* (cached rows are copied in by the trainer), so what they need depends on the
+    cache: size them from the tuner's worst held-out batch, then give the rest to the caches.
+    """
+    margin = 1 << 20
+    sampled = pre.slot_bytes[0] * samplers * group
+    batch_bytes = int(max(b.nbytes for b in pre.batches))
+    prior = out_degree(ds)
+    fplan = plans.features_presampled(pre.counts, feat.row_bytes, prior=prior)
+    tplan = plans.topology_presampled(pre.counts, topo.indptr)
+
+    def tuner_for(cache: int) -> Tuner:  # a group above the held-out batches is priced as all of them
+        return holdout_tuner(pre, topo.indptr, feat.row_bytes, max(0, cache), fplan_prior=prior,
+                             group=min(group, _held_out(pre)))
+
+    def gathered_slot(t: Tuner, f: float) -> int:
+        return int((t.predict(f)["max_miss_rows"] * feat.row_bytes + batch_bytes) * 1.3)
+
+    # First pass: size the gathered slot as if nothing were cached (an upper bound).
+    t0 = tuner_for(budget.free - sampled - pre.slot_bytes[1] - margin)
+    g_slot = gathered_slot(t0, t0.best()[0] if split is None else split)
+    cache_bytes = budget.free - sampled - g_slot - margin
+    if cache_bytes < 0:
+        raise BudgetExceeded(f"budget={fmt_bytes(budget.total)} is too small for caliex: the "
+                             f"pipeline queues need {fmt_bytes(sampled + g_slot)} and "
+                             f"{fmt_bytes(budget.free)} is left after indptr and staging")
+    tuner = tuner_for(cache_bytes)
+    best, curve = tuner.best()
+    split = best if split is None else split
+    need = gathered_slot(tuner, split)
+    if need > g_slot:  # the chosen split caches fewer rows than the first pass assumed
+        cache_bytes = max(0, cache_bytes - (need - g_slot))
+        g_slot = need
+    total = next((c["total"] for c in curve if abs(c["f"] - split) < 1e-9), None)
+    if total is None:
+        total = tuner.predict(split)["total"]
+    return {"group": group, "split": split, "best": best, "curve": curve, "tuner": tuner, "total": total,
+            "cache_bytes": cache_bytes, "slot": (pre.slot_bytes[0], g_slot), "tplan": tplan, "fplan": fplan}
+
+
 def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, *,
                 pre: Presampled | None = None, split: float | None = None, seed: int = 0,
-                queue_depth: int = 16, fallback: bool = False, superbatch: int = 4) -> DiskGNN:
+                queue_depth: int = 16, fallback: bool = False, superbatch: int = 4, group: int | None = None,
+                samplers: int = SAMPLERS) -> DiskGNN:
     """Build system `name` (one of naive, ginex, caliex, memory) within `budget`.
 
-    caliex needs `pre` (from :func:`presample`); `split` overrides the tuner's topology share.
+    caliex needs `pre` (from :func:`presample`); `split` overrides the tuner's topology share
+    and `group` its sampling group (mini-batches a sampler thread samples together, sharing one
+    topology fetch per hop; None: the one the tuner predicts fastest, its queue slots paid from
+    the cache budget).
     """
     check_choice("system", name, SYSTEMS)
     labels = ds.array("labels", mmap=False)
@@ -209,38 +269,23 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
             if name == "caliex":
                 if pre is None:
                     raise bad_value("pre", None, "the Presampled result of labkit.disk.system.presample(...)")
-                # The queues hold one sampled batch and one gathered batch's *disk rows* (cached
-                # rows are copied in by the trainer), so what they need depends on the cache:
-                # size them from the tuner's worst held-out batch, then give the rest to caches.
-                margin = 1 << 20
-                sampled = pre.slot_bytes[0] * SAMPLERS  # one sampled batch per sampler thread
-                batch_bytes = int(max(b.nbytes for b in pre.batches))
-                fplan = plans.features_presampled(pre.counts, feat.row_bytes, prior=out_degree(ds))
-                tplan = plans.topology_presampled(pre.counts, topo.indptr)
-
-                def gathered_slot(cache: int, f: float | None) -> tuple[int, object]:
-                    t = holdout_tuner(pre, topo.indptr, feat.row_bytes, max(0, cache), fplan_prior=out_degree(ds))
-                    f = t.best()[0] if f is None else f
-                    return int((t.predict(f)["max_miss_rows"] * feat.row_bytes + batch_bytes) * 1.3), t
-
-                # First pass: size the gathered slot as if nothing were cached (an upper bound).
-                cache0 = budget.free - sampled - pre.slot_bytes[1] - margin
-                g_slot, _ = gathered_slot(cache0, split)
-                cache_bytes = budget.free - sampled - g_slot - margin
-                if cache_bytes < 0:
-                    raise BudgetExceeded(f"budget={fmt_bytes(budget.total)} is too small for caliex: the "
-                                         f"pipeline queues need {fmt_bytes(sampled + g_slot)} and "
-                                         f"{fmt_bytes(budget.free)} is left after indptr and staging")
-                tuner = holdout_tuner(pre, topo.indptr, feat.row_bytes, cache_bytes, fplan_prior=out_degree(ds))
-                best, curve = tuner.best()
-                split = best if split is None else split
-                need = int((tuner.predict(split)["max_miss_rows"] * feat.row_bytes + batch_bytes) * 1.3)
-                if need > g_slot:  # the chosen split caches fewer rows than the first pass assumed
-                    cache_bytes = max(0, cache_bytes - (need - g_slot))
-                    g_slot = need
-                slot = (pre.slot_bytes[0], g_slot)
-                info.update(tuner=tuner, predicted=curve, tuned_split=best, cache_bytes=cache_bytes,
-                            slot_bytes=slot)
+                groups = group_choices(pre) if group is None else [group]
+                sized = []
+                for g in groups:
+                    try:
+                        sized.append(_size_caliex(pre, budget, topo, feat, ds, samplers, g, split))
+                    except BudgetExceeded:
+                        if g == groups[0]:
+                            raise  # even the smallest group does not fit; larger ones ask more
+                        break
+                # Equal within 1% as far as the model can tell: the smaller group holds less.
+                lo = min(z["total"] for z in sized)
+                pick = next(z for z in sized if z["total"] <= lo * 1.01)
+                group, split, cache_bytes, slot = pick["group"], pick["split"], pick["cache_bytes"], pick["slot"]
+                tplan, fplan = pick["tplan"], pick["fplan"]
+                info.update(tuner=pick["tuner"], predicted=pick["curve"], tuned_split=pick["best"],
+                            cache_bytes=cache_bytes, slot_bytes=slot, group=group,
+                            predicted_by_group={z["group"]: z["total"] for z in sized})
             elif name == "ginex":
                 cache_bytes = budget.free - (1 << 20)
                 split = 0.5 if split is None else split
@@ -267,7 +312,8 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
             raise
     sampler = NeighborSampler(topo, list(cfg.fanouts), seed)
     trainer = Trainer(cfg, feat.dim, num_classes, seed=seed)
-    system = DiskGNN(name, ds, budget, cfg, sampler, topo, feat, trainer, labels, split, 1, slot, superbatch, info)
+    system = DiskGNN(name, ds, budget, cfg, sampler, topo, feat, trainer, labels, split, 1, slot, superbatch, info,
+                     samplers, group or 1)
     # Filling the caches is setup, not training: keep its reads apart from the run's counters.
     info["fill_bytes_read"] = sum(s.file.counters.bytes_read for s in (topo, feat) if hasattr(s, "file"))
     system.reset_counters()
@@ -275,7 +321,7 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
 
 
 def workload(profile: str = "ci", model: str = "sage", num_batches: int = 8, *, seed: int = 0,
-             budget_fraction: float = 0.15, presample_batches: int = 6, full_verify: bool = True):
+             budget_fraction: float = 0.15, presample_batches: int = 8, full_verify: bool = True):
     """Return (dataset, model config, budget bytes, presample seeds, training seeds) for a profile.
 
     The budget is `budget_fraction` of the dataset's bytes (above 1 only makes sense for tiny

@@ -115,7 +115,7 @@ class Trainer:
 
     def _inputs(self, batch: SampledBatch, x: np.ndarray):
         xt = torch.from_numpy(np.asarray(x, np.float32))
-        ei = torch.from_numpy(np.stack([batch.edge_src, batch.edge_dst]))
+        ei = torch.from_numpy(np.stack([batch.edge_src, batch.edge_dst]).astype(np.int64))
         return xt, ei, [int(v) for v in batch.node_hops], [int(v) for v in batch.edge_hops]
 
     def step(self, batch: SampledBatch, x: np.ndarray, labels: np.ndarray) -> tuple[float, float]:

@@ -68,8 +68,13 @@ class Tuner:
 
     def __init__(self, batches: list[SampledBatch], indptr: np.ndarray, row_bytes: int,
                  topo_plan: CachePlan, feat_plan: CachePlan, profile: StageProfile, cache_bytes: int,
-                 *, pipelined: bool = True, max_request: int = 256 << 10, sweep_request: int = 1 << 20) -> None:
+                 *, pipelined: bool = True, max_request: int = 256 << 10, sweep_request: int = 1 << 20,
+                 group: int = 1) -> None:
+        if not 1 <= group <= max(1, len(batches)):
+            raise ValueError(f"group={group} is not accepted; expected 1 to {max(1, len(batches))} "
+                             "(the number of pre-sampled batches the tuner scores)")
         self.batches, self.indptr, self.row_bytes = batches, indptr, row_bytes
+        self.group = int(group)
         self.topo_plan, self.feat_plan, self.profile = topo_plan, feat_plan, profile
         self.cache_bytes, self.pipelined = int(cache_bytes), pipelined
         self.num_nodes = indptr.size - 1
@@ -86,16 +91,26 @@ class Tuner:
         s_io = g_io = 0.0
         t_hits = t_all = f_hits = f_all = 0
         rows = requests = max_miss = 0
+        # Topology: a sampler thread reads each hop's lists once for its whole group of batches
+        # (NeighborSampler.sample_group), so misses are priced per hop over the group's merged
+        # frontiers; only whole groups are scored.
+        G = self.group
+        scored = self.batches[:len(self.batches) // G * G]
+        for g0 in range(0, len(scored), G):
+            grp = scored[g0:g0 + G]
+            for h in range(len(grp[0].node_hops) - 1):
+                front = np.unique(np.concatenate([b.n_id[(b.node_hops[h - 1] if h else 0):b.node_hops[h]]
+                                                  for b in grp]))
+                miss = front[~in_t[front]]
+                t_hits += front.size - miss.size
+                t_all += front.size
+                starts = self.indptr[miss].astype(np.int64) * 4
+                lens = (self.indptr[miss + 1] - self.indptr[miss]).astype(np.int64) * 4
+                pages = extent_pages(starts, lens)
+                g, t, _ = p.topology_disk.best_gap(pages, self.max_request, self.sweep_request)
+                s_io += t * len(self.batches) / len(scored)
+                requests += self._requests(p.topology_disk, pages, g) * len(self.batches) / len(scored)
         for b in self.batches:
-            exp = b.expanded
-            miss = exp[~in_t[exp]]
-            t_hits += exp.size - miss.size
-            t_all += exp.size
-            starts = self.indptr[miss].astype(np.int64) * 4
-            lens = (self.indptr[miss + 1] - self.indptr[miss]).astype(np.int64) * 4
-            g, t, _ = p.topology_disk.best_gap(extent_pages(starts, lens), self.max_request, self.sweep_request)
-            s_io += t
-            requests += self._requests(p.topology_disk, extent_pages(starts, lens), g)
             fmiss = b.n_id[~in_f[b.n_id]]
             max_miss = max(max_miss, fmiss.size)
             f_hits += b.n_id.size - fmiss.size
