@@ -5,7 +5,8 @@ and *train* (forward, backward, step). :func:`run_serial` runs them back to back
 mini-batch, as naive disk training does. :func:`run_superbatch` is Ginex's schedule: sample a
 whole superbatch first (so the feature cache can plan Belady replacement), then gather and
 train batch by batch. :func:`run_pipelined` is CaliEX's: sampler threads (each sampling a group
-of mini-batches with one topology fetch per hop) and a gatherer thread feed the trainer through bounded queues, so disk reads, numba sampling and torch training
+of mini-batches with one topology fetch per hop) and a gatherer thread feed the trainer through
+bounded queues, so disk reads, numba sampling and torch training
 (all GIL-free for their heavy parts) overlap. Queue slots are reserved from the memory budget.
 
 Every run returns :class:`RunStats`: per-stage busy time, a timeline of (stage, batch, start,
@@ -137,7 +138,8 @@ def run_pipelined(sampler: NeighborSampler, features, trainer, seeds: list[np.nd
 
     `samplers` threads sample consecutive groups of `group` mini-batches side by side (group g
     on thread g mod samplers; a group shares one topology fetch per hop, see
-    :meth:`NeighborSampler.sample_group`), so one thread's numba work overlaps another's
+    :meth:`NeighborSampler.sample_group`; the first group is batch 0 alone, so training starts
+    as soon as one batch is sampled), so one thread's numba work overlaps another's
     topology reads; the gatherer still takes batches in index order. A group may start
     sampling only while its last batch would leave fewer than ``depth * samplers * group``
     sampled batches waiting for the gatherer, and at most `depth`
@@ -179,17 +181,19 @@ def run_pipelined(sampler: NeighborSampler, features, trainer, seeds: list[np.nd
                 return True
         return False
 
+    # Sampling groups in batch order; the first is a single batch, so the trainer starts after one
+    # batch is sampled rather than a whole group (a group's batches all finish at its last hop).
+    spans = [(0, min(1, n))] + [(k, min(k + group, n)) for k in range(1, n, group)] if group > 1 else \
+        [(k, k + 1) for k in range(n)]
+
     def sample_stage(w: int) -> None:
         try:
-            for k0 in range(w * group, n, samplers * group):
-                ks = list(range(k0, min(k0 + group, n)))
+            for a, z in spans[w::samplers]:
+                ks = list(range(a, z))
+                if not ks:
+                    continue
                 with cond:
-                    # At the start, the first groups are sampled one after another: run side by
-                    # side they would share the disk and both finish late, and the gatherer
-                    # waits for the first. From then on the threads stay staggered by themselves.
-                    while ((ks[-1] - taken[0] >= cap or (k0 < samplers * group and k0 - group >= 0
-                                                         and k0 - group not in ready and taken[0] == 0))
-                           and not stop.is_set()):
+                    while ks[-1] - taken[0] >= cap and not stop.is_set():
                         cond.wait(0.1)
                 if stop.is_set():
                     return
