@@ -87,6 +87,21 @@ def reset_peak_rss() -> bool:
         return False
 
 
+def release_free_memory() -> bool:
+    """Hand freed heap memory back to the OS (glibc ``malloc_trim``); False where unavailable.
+
+    After a burst of temporaries (a tuner scoring many plans, a cache fill) glibc keeps the
+    freed pages in its arenas, where they count as resident memory nobody uses.
+    """
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
+
+
 def rss_bytes() -> tuple[int, int]:
     """Return (current RSS, peak RSS since the last reset) of this process in bytes; zeros if unknown."""
     rss = hwm = 0

@@ -284,10 +284,10 @@ def bench(b: Bench) -> None:
         share = r[g + ".mib_read_topology_per_batch"] / r["disk.indices_mib"]
         return (f"CaliEX runs {r[g + '.wall_s_per_batch']:.3f} s per mini-batch; its caches serve "
                 f"{r[g + '.hit_rate_features']:.0%} of feature rows and {r[g + '.hit_rate_topology']:.0%} "
-                f"of neighbour lists, and what they miss is {r[g + '.mib_read_topology_per_batch']:.0f} MiB "
+                f"of sampled neighbour entries, and what they miss is {r[g + '.mib_read_topology_per_batch']:.0f} MiB "
                 f"of topology ({share:.0%} of the indices file's size"
-                + (": each hop's lists are spread over most of its pages, so it is read nearly whole, "
-                   f"hop by hop, once per sampling group of {systems_group.get(model, 1)} mini-batches"
+                + (": each hop's sampled entries are spread over most of its pages; a sampling "
+                   f"group of {systems_group.get(model, 1)} mini-batches reads them once for all"
                    if share > 0.25 else "")
                 + f") and {r[g + '.mib_read_features_per_batch']:.0f} MiB of feature pages, "
                 f"{r[g + '.requests_per_batch']:,.0f} requests in all, which cost "
@@ -333,8 +333,8 @@ def bench(b: Bench) -> None:
                f"({r['disk.caliex.feature_rows_cached_fraction']:.0%} of the feature rows; the rest is "
                f"indptr, staging and {r['disk.caliex.queue_slots_mib']:.0f} MiB of pipeline slots), and the "
                f"tuner's split gives the topology {r['disk.caliex.split_topology']:.0%} of it: a topology "
-               "cache spares only the pages it holds whole, while the feature cache spares a request per "
-               "hit row.")
+               "cache spares only pages no uncached sampled entry needs, while the feature cache spares a "
+               "request per hit row.")
     if b.claims["disk.tuner_gap"].passed is False:
         meds = [ct.median(n) for n in ct.names]
         b.note(f"disk.tuner_gap: the measured split medians span {max(meds) / min(meds) - 1:.0%} in all; "
@@ -349,8 +349,8 @@ def bench(b: Bench) -> None:
            f"the cache fill, peaked at {rss['setup_growth'] / 2**20:.0f} MiB) for a budget peak of "
            f"{rss['budget_peak'] / 2**20:.0f} MiB and a {rss['model'] / 2**20:.1f} MiB model; the rest, "
            f"{rss['rest'] / 2**20:.0f} MiB, is the batch in training, its activations, the working arrays of "
-           "the sampler threads (a hop's neighbour lists as read, tens of MiB on small) and allocator "
-           "slack (the stated fixed overhead; negative when freed memory was reused).")
+           "the sampler and gatherer threads (the sampled entries and a batch's rows as read) and allocator "
+           "slack (glibc keeps freed pages in each thread's arena; the stated fixed overhead).")
 
 
 register(System("disk", "CaliEX", "CaliEX: disk-based GNN training with joint caching and execution (ICDE 2025)",

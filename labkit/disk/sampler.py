@@ -1,11 +1,13 @@
 """Multi-hop neighbourhood sampling over any topology store, deterministic for a seed.
 
-Each hop asks the store for the frontier's neighbour lists (a small local CSR: from RAM, a
-cache, or disk; the sampler cannot tell) and picks up to ``fanout`` distinct neighbours per
-node with the graph core's kernel (:func:`labkit.graph.sampling.sample_neighbors`, Floyd's
-algorithm, counter-based draws). Draws depend on (seed, batch, hop, position in the frontier)
-and the frontier's order does not depend on the store, so a mini-batch is bit-identical
-whichever store served it.
+Each hop picks up to ``fanout`` distinct neighbours per frontier node with the graph core's
+kernel (:func:`labkit.graph.sampling.sample_neighbors`, Floyd's algorithm, counter-based
+draws). The draws need only the lists' lengths (``indptr``, held in RAM), so they come first
+and the store is asked only for the sampled entries (``entries``: from RAM, a cache, or disk;
+the sampler cannot tell): no neighbour list is materialised, so the sampler's working arrays
+are the size of the sample, and a hub's long list costs only the pages its sampled entries
+lie in. Draws depend on (seed, batch, hop, position in the frontier) and the frontier's order
+does not depend on the store, so a mini-batch is bit-identical whichever store served it.
 
 A :class:`SampledBatch` orders nodes by the hop they first appear in and edges by hop, which
 lets layer ``i`` of an L-layer GNN work on a prefix of both (PyG's ``trim_to_layer``).
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.core.errors import check_range
+from labkit.disk.store import lists_ptr
 from labkit.graph.sampling import sample_neighbors
 
 
@@ -58,6 +61,9 @@ class NeighborSampler:
         self.topology = topology
         self.fanouts = [int(f) for f in fanouts]
         self.seed = int(seed)
+        #: Set to a dict to record, per batch index, each hop's global positions in the indices
+        #: file that were read (pre-sampling gives them to the tuner).
+        self.positions: dict | None = None
 
     def sample(self, seeds: np.ndarray, index: int) -> SampledBatch:
         """Return mini-batch `index`'s sampled graph around `seeds` (unique node ids)."""
@@ -78,17 +84,30 @@ class NeighborSampler:
             raise ValueError(f"indices has {len(indices)} entries for {len(seeds)} seed arrays; expected one per batch")
         states = [_BatchState(np.asarray(s, np.int64), (self.seed * 1_000_003 + i) & 0x7FFF_FFFF_FFFF_FFFF)
                   for s, i in zip(seeds, indices)]
+        indptr = self.topology.indptr
         for h, fanout in enumerate(self.fanouts):
             if len(states) == 1:
-                frontier = states[0].frontier
-                ptr, idx = self.topology.fetch(frontier)
-                rows = [np.arange(frontier.size)]
+                union = states[0].frontier
+                rows = [np.arange(union.size)]
             else:
                 union = np.unique(np.concatenate([st.frontier for st in states]))
-                ptr, idx = self.topology.fetch(union)
                 rows = [np.searchsorted(union, st.frontier) for st in states]
-            for st, r in zip(states, rows):
-                st.hop(ptr, idx, r, fanout, h)
+            # The draws need only each list's length (indptr), so they come first and only the
+            # sampled entries are fetched, once for the whole group.
+            ptr = lists_ptr(indptr, union)
+            draws = [sample_neighbors(ptr, None, r, fanout, seed=st.key, stream=h) for st, r in zip(states, rows)]
+            if len(states) == 1:
+                picks = [self.topology.entries(union, ptr, draws[0][1])]
+            else:
+                pos = np.unique(np.concatenate([eid for _, eid in draws]))
+                vals = self.topology.entries(union, ptr, pos)
+                picks = [vals[np.searchsorted(pos, eid)] for _, eid in draws]
+            if self.positions is not None:  # global positions read, per batch and hop (pre-sampling)
+                for st, i, (_, eid) in zip(states, indices, draws):
+                    row = np.searchsorted(ptr, eid, side="right") - 1
+                    self.positions.setdefault(i, []).append(indptr[union[row]].astype(np.int64) + (eid - ptr[row]))
+            for st, (lptr, _), pk in zip(states, draws, picks):
+                st.hop(lptr, pk.astype(np.int64))
         return [st.result(i) for st, i in zip(states, indices)]
 
 
@@ -111,11 +130,9 @@ class _BatchState:
     def frontier(self) -> np.ndarray:
         return self.n_id[-1]
 
-    def hop(self, ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray, fanout: int, h: int) -> None:
-        """Pick up to `fanout` neighbours of each frontier node; `rows` are their lists in (ptr, idx)."""
-        lptr, eid = sample_neighbors(ptr, idx, rows, fanout, seed=self.key, stream=h)
+    def hop(self, lptr: np.ndarray, picks: np.ndarray) -> None:
+        """Add one hop: frontier node i's sampled neighbours are ``picks[lptr[i]:lptr[i+1]]``."""
         counts = np.diff(lptr)
-        picks = idx[eid].astype(np.int64)
         dst_local = np.repeat(np.arange(self.lo, self.hi, dtype=np.int64), counts)
         uniq = np.unique(picks)
         known = self.known

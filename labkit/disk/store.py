@@ -48,6 +48,11 @@ def _open_file(path, budget: MemoryBudget, owner: str, queue_depth: int, staging
                       max_request=min(256 << 10, st), budget=budget, owner=owner, fallback=fallback)
 
 
+def entry_rows(ptr: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Return, for each position `pos` into a local CSR with offsets `ptr`, the row it lies in."""
+    return np.searchsorted(ptr, pos, side="right") - 1
+
+
 def lists_ptr(indptr: np.ndarray, nodes: np.ndarray) -> np.ndarray:
     """Return the local indptr of `nodes`' neighbour lists (int64, len(nodes) + 1)."""
     ptr = np.zeros(nodes.size + 1, np.int64)
@@ -120,6 +125,14 @@ class MemoryTopology:
         self.stats.hits += nodes.size
         self.stats.hit_bytes += idx.nbytes
         return ptr, idx
+
+    def entries(self, nodes: np.ndarray, ptr: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Return the entries at local positions `pos` of `nodes`' lists (local offsets `ptr`)."""
+        row = entry_rows(ptr, pos)
+        out = self.indices[self.indptr[nodes[row]] + (pos - ptr[row])]
+        self.stats.hits += pos.size
+        self.stats.hit_bytes += out.nbytes
+        return out
 
     def close(self) -> None:
         pass
@@ -197,6 +210,41 @@ class DiskTopology:
             self.stats.miss_bytes += midx.nbytes
             self.stats.hit_bytes += idx.nbytes - midx.nbytes
         return ptr, idx
+
+    def entries(self, nodes: np.ndarray, ptr: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Return the entries at local positions `pos` of `nodes`' lists (local offsets `ptr`).
+
+        Only the sampled entries are fetched: from the cache where their node's list is cached,
+        else from disk, as 4-byte extents the policy reads page by page, coalesced, or in a
+        sweep (a hub's long list costs the pages its sampled entries lie in, not all of them).
+        """
+        row = entry_rows(ptr, pos)
+        v = nodes[row]
+        glob = self.indptr[v].astype(np.int64) + (pos - ptr[row])
+        out = np.empty(pos.size, np.int32)
+        if self.cache is not None:
+            slot = self.cache.slot[v]
+            hit = slot >= 0
+            out[hit] = self.cache.idx[self.cache.ptr[slot[hit]] + (pos[hit] - ptr[row[hit]])]
+            miss = np.flatnonzero(~hit)
+        else:
+            miss = None
+        mpos = glob if miss is None else glob[miss]
+        if mpos.size:
+            starts = mpos * 4
+            with self._lock:  # several sampler threads may share this store
+                gap = self.policy.gap(starts, np.full(mpos.size, 4, np.int64), self.file)
+            vals = self.file.read_rows(mpos, 4, gap_pages=gap).view(np.int32).reshape(-1)
+            if miss is None:
+                out = vals
+            else:
+                out[miss] = vals
+        with self._lock:
+            self.stats.hits += pos.size - mpos.size
+            self.stats.misses += mpos.size
+            self.stats.hit_bytes += (pos.size - mpos.size) * 4
+            self.stats.miss_bytes += mpos.size * 4
+        return out
 
     def close(self) -> None:
         self.set_cache(None)

@@ -24,6 +24,7 @@ from labkit.core.datasets import Dataset, open_dataset
 from labkit.core.directio import DiskModel
 from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.core.machine import cores as machine_cores
+from labkit.core.machine import release_free_memory
 from labkit.core.memory import BudgetExceeded, MemoryBudget, fmt_bytes
 from labkit.disk import plans
 from labkit.disk.pipeline import RunStats, run_pipelined, run_serial, run_superbatch
@@ -51,6 +52,7 @@ class Presampled:
     profile: StageProfile
     seconds: float
     slot_bytes: tuple[int, int]
+    positions: list[list[np.ndarray]] | None = None  # per batch, per hop: indices-file positions read
 
 
 def presample(ds: Dataset, cfg: ModelConfig, seeds: list[np.ndarray], budget: MemoryBudget, *,
@@ -66,6 +68,7 @@ def presample(ds: Dataset, cfg: ModelConfig, seeds: list[np.ndarray], budget: Me
         topo.policy = IOPolicy("auto", tdisk)
         feat.policy = IOPolicy("auto", fdisk)
         sampler = NeighborSampler(topo, list(cfg.fanouts), seed)
+        sampler.positions = {}
         batches, t_sample = [], 0.0
         for i, s in enumerate(seeds):
             io0, a = topo.file.counters.seconds, time.perf_counter()
@@ -98,7 +101,8 @@ def presample(ds: Dataset, cfg: ModelConfig, seeds: list[np.ndarray], budget: Me
     finally:
         topo.close()
         feat.close()
-    return Presampled(batches, counts, prof, time.perf_counter() - t0, slot)
+    positions = [sampler.positions[b.index] for b in batches]
+    return Presampled(batches, counts, prof, time.perf_counter() - t0, slot, positions)
 
 
 def out_degree(ds: Dataset) -> np.ndarray:
@@ -115,10 +119,13 @@ def holdout_tuner(pre: Presampled, indptr: np.ndarray, row_bytes: int, cache_byt
     """
     k = max(1, len(pre.batches) // 2)
     fit, held = pre.batches[:k], pre.batches[k:] or pre.batches[:k]
+    pos = None
+    if pre.positions is not None:
+        pos = pre.positions[k:] if len(pre.batches) > k else pre.positions[:k]
     counts = plans.AccessCounts.from_batches(fit, indptr.size - 1)
     return Tuner(held, indptr, row_bytes, plans.topology_presampled(counts, indptr),
                  plans.features_presampled(counts, row_bytes, prior=fplan_prior), pre.profile, cache_bytes,
-                 group=group)
+                 group=group, positions=pos)
 
 
 def group_choices(pre: Presampled) -> list[int]:
@@ -317,6 +324,7 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
     # Filling the caches is setup, not training: keep its reads apart from the run's counters.
     info["fill_bytes_read"] = sum(s.file.counters.bytes_read for s in (topo, feat) if hasattr(s, "file"))
     system.reset_counters()
+    release_free_memory()  # the tuner's and the fill's temporaries are gone; don't keep their pages
     return system
 
 

@@ -69,12 +69,15 @@ class Tuner:
     def __init__(self, batches: list[SampledBatch], indptr: np.ndarray, row_bytes: int,
                  topo_plan: CachePlan, feat_plan: CachePlan, profile: StageProfile, cache_bytes: int,
                  *, pipelined: bool = True, max_request: int = 256 << 10, sweep_request: int = 1 << 20,
-                 group: int = 1) -> None:
+                 group: int = 1, positions: list[list[np.ndarray]] | None = None) -> None:
         if not 1 <= group <= max(1, len(batches)):
             raise ValueError(f"group={group} is not accepted; expected 1 to {max(1, len(batches))} "
                              "(the number of pre-sampled batches the tuner scores)")
         self.batches, self.indptr, self.row_bytes = batches, indptr, row_bytes
         self.group = int(group)
+        if positions is not None and len(positions) != len(batches):
+            raise ValueError(f"positions has {len(positions)} entries for {len(batches)} batches; expected one per batch")
+        self.positions = positions
         self.topo_plan, self.feat_plan, self.profile = topo_plan, feat_plan, profile
         self.cache_bytes, self.pipelined = int(cache_bytes), pipelined
         self.num_nodes = indptr.size - 1
@@ -91,25 +94,31 @@ class Tuner:
         s_io = g_io = 0.0
         t_hits = t_all = f_hits = f_all = 0
         rows = requests = max_miss = 0
-        # Topology: a sampler thread reads each hop's lists once for its whole group of batches
-        # (NeighborSampler.sample_group), so misses are priced per hop over the group's merged
-        # frontiers; only whole groups are scored.
+        # Topology: a sampler thread reads each hop's sampled entries once for its whole group of
+        # batches (NeighborSampler.sample_group), so misses are priced per hop over the group's
+        # merged positions (the indices-file positions pre-sampling read; without them, the
+        # frontier's whole lists); only whole groups are scored.
         G = self.group
-        scored = self.batches[:len(self.batches) // G * G]
-        for g0 in range(0, len(scored), G):
-            grp = scored[g0:g0 + G]
-            for h in range(len(grp[0].node_hops) - 1):
-                front = np.unique(np.concatenate([b.n_id[(b.node_hops[h - 1] if h else 0):b.node_hops[h]]
-                                                  for b in grp]))
-                miss = front[~in_t[front]]
-                t_hits += front.size - miss.size
+        n_scored = len(self.batches) // G * G
+        for g0 in range(0, n_scored, G):
+            grp = range(g0, g0 + G)
+            for h in range(len(self.batches[g0].node_hops) - 1):
+                front = np.unique(np.concatenate([self._frontier(self.batches[j], h) for j in grp]))
+                t_hits += int(in_t[front].sum())
                 t_all += front.size
-                starts = self.indptr[miss].astype(np.int64) * 4
-                lens = (self.indptr[miss + 1] - self.indptr[miss]).astype(np.int64) * 4
-                pages = extent_pages(starts, lens)
+                if self.positions is not None:
+                    pos = np.unique(np.concatenate([self.positions[j][h] for j in grp]))
+                    node = np.searchsorted(self.indptr, pos, side="right") - 1
+                    pos = pos[~in_t[node]]
+                    pages = np.unique(pos * 4 // PAGE)
+                else:
+                    miss = front[~in_t[front]]
+                    starts = self.indptr[miss].astype(np.int64) * 4
+                    lens = (self.indptr[miss + 1] - self.indptr[miss]).astype(np.int64) * 4
+                    pages = extent_pages(starts, lens)
                 g, t, _ = p.topology_disk.best_gap(pages, self.max_request, self.sweep_request)
-                s_io += t * len(self.batches) / len(scored)
-                requests += self._requests(p.topology_disk, pages, g) * len(self.batches) / len(scored)
+                s_io += t * len(self.batches) / n_scored
+                requests += self._requests(p.topology_disk, pages, g) * len(self.batches) / n_scored
         for b in self.batches:
             fmiss = b.n_id[~in_f[b.n_id]]
             max_miss = max(max_miss, fmiss.size)
@@ -135,6 +144,10 @@ class Tuner:
                 "hit_rate_topology": t_hits / max(1, t_all), "hit_rate_features": f_hits / max(1, f_all),
                 "topology_nodes": int(t_nodes.size), "feature_rows": int(f_nodes.size),
                 "max_miss_rows": int(max_miss)}
+
+    @staticmethod
+    def _frontier(b: SampledBatch, h: int) -> np.ndarray:
+        return b.n_id[(b.node_hops[h - 1] if h else 0):b.node_hops[h]]
 
     def _requests(self, model: DiskModel, pages: np.ndarray, gap: int) -> int:
         cap = (self.sweep_request if gap >= 1 << 40 else self.max_request) // PAGE

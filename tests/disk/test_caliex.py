@@ -402,3 +402,27 @@ def test_tuner_prices_grouped_topology_reads_lower(ds):
     assert io[1] < io[0]
     with pytest.raises(ValueError, match="group=3 is not accepted"):
         holdout_tuner(pre4, ip, 512, 1 << 20, group=3)
+
+
+def test_sampled_entries_equal_memory_and_spare_hub_pages(ds):
+    """The sampler fetches only sampled entries: equal to RAM's, cached or not; a hub costs few pages."""
+    from labkit.disk.store import lists_ptr
+    b = MemoryBudget("64MiB")
+    mt = MemoryTopology.from_dataset(ds)
+    dt = DiskTopology(ds, b, policy=IOPolicy("random"))
+    try:
+        deg = np.diff(mt.indptr)
+        nodes = np.argsort(deg)[-40:][::-1].astype(np.int64)  # hubs first
+        dt.set_cache(nodes[::3])
+        ptr = lists_ptr(mt.indptr, nodes)
+        pos = np.sort(np.random.default_rng(0).choice(int(ptr[-1]), 300, replace=False))
+        assert np.array_equal(dt.entries(nodes, ptr, pos), mt.entries(nodes, ptr, pos))
+        dt.set_cache(None)
+        dt.file.counters.reset()
+        hub = nodes[:1]
+        hptr = lists_ptr(mt.indptr, hub)
+        assert np.array_equal(dt.entries(hub, hptr, np.array([0, 5], np.int64)),
+                              mt.indices[mt.indptr[hub[0]] + np.array([0, 5])])
+        assert dt.file.counters.bytes_read <= 2 * 4096 < deg[hub[0]] * 4
+    finally:
+        dt.close()
