@@ -39,6 +39,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from labkit.core.arrays import unique
 from labkit.core.errors import LabkitError, bad_value, check_range
 from labkit.core.machine import mounts
 from labkit.core.memory import MemoryBudget, Reservation
@@ -187,10 +188,10 @@ def extent_pages(starts: np.ndarray, lengths: np.ndarray, page: int = PAGE) -> n
     if p0.size == 0:
         return np.zeros(0, np.int64)
     if np.all(p0 == p1):
-        return np.unique(p0)
+        return unique(p0)
     counts = p1 - p0 + 1
     rep = np.repeat(p0 - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
-    return np.unique(rep)
+    return unique(rep)
 
 
 def _aligned(nbytes: int) -> tuple[mmap.mmap, np.ndarray]:
@@ -482,7 +483,7 @@ class DiskModel:
         npages = max(1, f.size // PAGE)
         before = IOCounters(**{k: getattr(f.counters, k) for k in ("requests", "bytes_read", "bytes_used", "calls", "seconds")})
         f.read_extents(np.array([0]), np.array([PAGE]))  # first call: compile and fault in
-        pages = np.unique(rng.integers(0, npages, size=min(requests, npages)))
+        pages = unique(rng.integers(0, npages, size=min(requests, npages)))
         starts = pages * PAGE
         t0 = time.perf_counter()
         f.read_extents(starts, np.full(starts.size, PAGE, np.int64), gap_pages=0)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from labkit.core.arrays import unique
 from labkit.core.memory import MemoryBudget
 
 
@@ -81,7 +82,7 @@ class FeatureCache:
     def __init__(self, nodes: np.ndarray, num_nodes: int, dim: int, dtype, budget: MemoryBudget,
                  rows_source, owner: str = "feature cache") -> None:
         """`rows_source(sorted_nodes) -> (k, dim) array` reads the rows once."""
-        nodes = np.unique(np.asarray(nodes, np.int64))
+        nodes = unique(np.asarray(nodes, np.int64))
         row_bytes = dim * np.dtype(dtype).itemsize
         self.reservation = budget.reserve(owner, nodes.size * (self.ID_BYTES + row_bytes))
         self.nodes = nodes

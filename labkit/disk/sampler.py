@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from labkit.core.arrays import unique
 from labkit.core.errors import check_range
 from labkit.disk.store import lists_ptr
 from labkit.graph.sampling import sample_neighbors
@@ -90,7 +91,7 @@ class NeighborSampler:
                 union = states[0].frontier
                 rows = [np.arange(union.size)]
             else:
-                union = np.unique(np.concatenate([st.frontier for st in states]))
+                union = unique(np.concatenate([st.frontier for st in states]))
                 rows = [np.searchsorted(union, st.frontier) for st in states]
             # The draws need only each list's length (indptr), so they come first and only the
             # sampled entries are fetched, once for the whole group.
@@ -99,7 +100,7 @@ class NeighborSampler:
             if len(states) == 1:
                 picks = [self.topology.entries(union, ptr, draws[0][1])]
             else:
-                pos = np.unique(np.concatenate([eid for _, eid in draws]))
+                pos = unique(np.concatenate([eid for _, eid in draws]))
                 vals = self.topology.entries(union, ptr, pos)
                 picks = [vals[np.searchsorted(pos, eid)] for _, eid in draws]
             if self.positions is not None:  # global positions read, per batch and hop (pre-sampling)
@@ -134,7 +135,7 @@ class _BatchState:
         """Add one hop: frontier node i's sampled neighbours are ``picks[lptr[i]:lptr[i+1]]``."""
         counts = np.diff(lptr)
         dst_local = np.repeat(np.arange(self.lo, self.hi, dtype=np.int64), counts)
-        uniq = np.unique(picks)
+        uniq = unique(picks)
         known = self.known
         pos = np.searchsorted(known, uniq)
         pos_c = np.minimum(pos, known.size - 1)
@@ -167,4 +168,4 @@ def batch_seeds(train: np.ndarray, batch_size: int, num_batches: int, seed: int 
     need = batch_size * num_batches
     if need > perm.size:
         perm = np.concatenate([perm] * (need // perm.size + 1))
-    return [np.unique(perm[i * batch_size:(i + 1) * batch_size]) for i in range(num_batches)]
+    return [unique(perm[i * batch_size:(i + 1) * batch_size]) for i in range(num_batches)]

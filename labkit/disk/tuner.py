@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from labkit.core.arrays import unique
 from labkit.core.directio import PAGE, DiskModel, extent_pages
 from labkit.disk.plans import CachePlan
 from labkit.disk.sampler import SampledBatch
@@ -103,14 +104,14 @@ class Tuner:
         for g0 in range(0, n_scored, G):
             grp = range(g0, g0 + G)
             for h in range(len(self.batches[g0].node_hops) - 1):
-                front = np.unique(np.concatenate([self._frontier(self.batches[j], h) for j in grp]))
+                front = unique(np.concatenate([self._frontier(self.batches[j], h) for j in grp]))
                 t_hits += int(in_t[front].sum())
                 t_all += front.size
                 if self.positions is not None:
-                    pos = np.unique(np.concatenate([self.positions[j][h] for j in grp]))
+                    pos = unique(np.concatenate([self.positions[j][h] for j in grp]))
                     node = np.searchsorted(self.indptr, pos, side="right") - 1
                     pos = pos[~in_t[node]]
-                    pages = np.unique(pos * 4 // PAGE)
+                    pages = unique(pos * 4 // PAGE)
                 else:
                     miss = front[~in_t[front]]
                     starts = self.indptr[miss].astype(np.int64) * 4
@@ -125,7 +126,7 @@ class Tuner:
             f_hits += b.n_id.size - fmiss.size
             f_all += b.n_id.size
             rows += b.n_id.size
-            pages = np.unique(fmiss.astype(np.int64) * self.row_bytes // PAGE)
+            pages = unique(fmiss.astype(np.int64) * self.row_bytes // PAGE)
             g, t, _ = p.feature_disk.best_gap(pages, self.max_request, self.sweep_request)
             g_io += t
             requests += self._requests(p.feature_disk, pages, g)

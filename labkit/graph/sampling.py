@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit, prange
 
+from labkit.core.arrays import unique
 from labkit.core.errors import bad_value, check_range
 from labkit.graph.rng import GOLDEN, mix64, stream_key
 
@@ -242,7 +243,7 @@ class NeighborSampler:
             raise bad_value("fanouts", fanouts, "a non-empty list of positive ints (or -1 for all)")
         fanouts = [check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
         seeds = _check_rows("seeds", seeds, self.num_rows)
-        uniq = np.unique(seeds)
+        uniq = unique(seeds)
         if len(uniq) != len(seeds):
             raise bad_value("seeds", "an array with repeated ids", "distinct seed ids")
         nodes = np.empty(len(self._local), np.int64)  # untouched pages cost nothing

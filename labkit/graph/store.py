@@ -28,6 +28,7 @@ import time
 import numpy as np
 from numba import njit
 
+from labkit.core.arrays import unique
 from labkit.core.errors import LabkitError, bad_value, check_choice
 from labkit.graph.csr import CSR, check_node_ids
 from labkit.graph.importance import NeighborCache, gather_lists
@@ -313,7 +314,7 @@ class StoreSampler:
             raise bad_value("fanouts", fanouts, "a non-empty list of positive ints (or -1 for all)")
         fanouts = [check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
         seeds = check_node_ids("seeds", np.asarray(seeds), self.store.num_nodes).astype(np.int64)
-        if len(np.unique(seeds)) != len(seeds):
+        if len(unique(seeds)) != len(seeds):
             raise bad_value("seeds", "an array with repeated ids", "distinct seed ids")
         nodes = np.empty(self.store.num_nodes, np.int64)
         nodes[:len(seeds)] = seeds
