@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the claims table and every system's tables into BENCHMARKS.md")
     r.add_argument("--only", metavar="NAMES", help="comma-separated subset of systems")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
+    r.add_argument("--in-process", dest="isolate", action="store_false",
+                   help="run every bench in this process (default: each in a fresh process, as "
+                        "`labkit bench SYSTEM` would run it)")
     return p
 
 
@@ -93,6 +96,28 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_in_child(name: str, profile: str, quiet: bool):
+    """Run ``labkit bench NAME`` in a fresh Python process and return its report.
+
+    Each system's bench then starts from the same clean process a user's ``labkit bench``
+    would: no heap, threads, thread-pool settings or forked-worker state left by the systems
+    benched before it.
+    """
+    import json
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from labkit.core.bench import BenchReport
+    with tempfile.TemporaryDirectory(prefix="labkit-reproduce-") as td:
+        out = Path(td) / "report.json"
+        cmd = [sys.executable, "-m", "labkit.cli", "bench", name, "--profile", profile, "--json", str(out)]
+        r = subprocess.run(cmd + (["--quiet"] if quiet else []), stdout=subprocess.DEVNULL)
+        if r.returncode != 0 or not out.exists():
+            raise LabkitError(f"labkit bench {name} --profile {profile} exited with status {r.returncode}")
+        return BenchReport.from_json(json.loads(out.read_text()))
+
+
 def _reproduce(args: argparse.Namespace) -> int:
     from labkit import catalog
     from labkit.core.bench import Claim, claims_markdown, update_benchmarks_md, write_json
@@ -112,7 +137,8 @@ def _reproduce(args: argparse.Namespace) -> int:
             owner[c.id] = e.title
             continue
         try:
-            rep = system.run_bench(args.profile, progress=not args.quiet)
+            rep = (_bench_in_child(n, args.profile, args.quiet) if args.isolate
+                   else system.run_bench(args.profile, progress=not args.quiet))
         except Exception as exc:  # one broken system must not hide the others' claims
             failures.append(f"{n}: {type(exc).__name__}: {exc}")
             for c in system.claims:

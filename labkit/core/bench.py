@@ -60,6 +60,11 @@ class Claim:
         d["passed"] = self.passed
         return d
 
+    @classmethod
+    def from_json(cls, d: dict) -> "Claim":
+        return cls(d["id"], d["claim"], d["paper"], d["target"], d.get("unit", "x"), d.get("op", ">="),
+                   d.get("measured"), d.get("note", ""))
+
 
 @dataclass
 class Comparison:
@@ -110,7 +115,15 @@ class Comparison:
         return {"case": self.case, "work": self.work, "work_unit": self.work_unit,
                 "contenders": {n: {"median_s": self.median(n), "min_s": self.min(n),
                                    "max_s": self.max(n), "rounds": len(self.times[n]),
+                                   "times_s": list(self.times[n]),
                                    "peak_mem_bytes": self.peak_mem.get(n)} for n in self.times}}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Comparison":
+        """Rebuild a comparison from :meth:`to_json` (its per-round times included)."""
+        cs = d["contenders"]
+        return cls(d["case"], {n: list(c["times_s"]) for n, c in cs.items()},
+                   {n: c.get("peak_mem_bytes") for n, c in cs.items()}, d.get("work"), d.get("work_unit", ""))
 
 
 def _fmt_s(t: float) -> str:
@@ -166,7 +179,14 @@ class BenchReport:
         return {"system": self.system, "profile": self.profile, "machine": self.machine,
                 "results": self.results, "claims": [c.to_json() for c in self.claims],
                 "comparisons": [c.to_json() for c in self.comparisons],
-                "started": self.started, "seconds": self.seconds, "notes": self.notes}
+                "started": self.started, "seconds": self.seconds, "notes": self.notes, "title": self.title}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "BenchReport":
+        """Rebuild a report from :meth:`to_json` (e.g. one a child process wrote)."""
+        return cls(d["system"], d["profile"], d["machine"], d["results"],
+                   [Claim.from_json(c) for c in d["claims"]], [Comparison.from_json(c) for c in d["comparisons"]],
+                   d["started"], d["seconds"], list(d.get("notes", [])), d.get("title", ""))
 
     def comparisons_markdown(self) -> str:
         rows = []

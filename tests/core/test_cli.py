@@ -51,10 +51,23 @@ def test_reproduce_prints_claims_table(tmp_path, monkeypatch):
         catalog.Entry("toyrepro", "Toy", "toy", "labkit.core.systems", "x.ipynb"),))
     js, md = tmp_path / "r.json", tmp_path / "B.md"
     rc = cli.main(["reproduce", "--profile", "ci", "--only", "toyrepro", "--json", str(js), "--record", str(md),
-                   "--quiet"])
+                   "--quiet", "--in-process"])
     assert rc == 0
     d = json.loads(js.read_text())
     assert d[0]["system"] == "toyrepro" and d[0]["claims"][0]["id"] == "toy.speedup"
     assert d[0]["claims"][0]["measured"] > 1.0
     text = md.read_text()
     assert "Claims table" in text and "toy.speedup" in text
+
+
+def test_reproduce_runs_each_bench_in_a_fresh_process(tmp_path):
+    """The default path: a real system's bench in a child process, its report read back whole."""
+    from labkit.core.bench import BenchReport
+    js, md = tmp_path / "r.json", tmp_path / "B.md"
+    r = run("reproduce", "--profile", "ci", "--only", "recsys", "--json", str(js), "--record", str(md), "--quiet")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(js.read_text())
+    rep = BenchReport.from_json(d[0])
+    assert rep.system == "recsys" and rep.claims and rep.comparisons
+    assert all(len(c.times[n]) >= 2 for c in rep.comparisons for n in c.names)
+    assert "labkit-bench:recsys:ci begin" in md.read_text() and "recsys.emb_speedup_f100" in r.stdout
