@@ -110,9 +110,12 @@ def features_presampled(counts: AccessCounts, row_bytes: int, prior: np.ndarray 
     rank the tail of the cache at random. With `prior` (e.g. out-degree: how many neighbour lists
     a node is in) the score is the posterior estimate of accesses per batch,
     ``(count + w * q) / (batches + w)``, where ``q`` is the prior scaled to the pre-sampled rows
-    per batch and ``w`` (`prior_batches`, default 4x the pre-sampled batches) is how many
+    per batch and ``w`` (`prior_batches`, default 64x the pre-sampled batches) is how many
     batches the prior is worth. On the small profile this raised the held-out hit rate of a
     280k-row cache from 0.75 (counts alone) to 0.82 and cut the pages its misses touch by 28%.
+    Measured again with a 242k-row cache, 4 pre-sampled and 12 held-out batches: w = 4x gave a
+    hit rate of 0.760, w = 16x 0.789, w = 64x 0.793, the same as the prior alone: on this R-MAT
+    graph a handful of batches adds little to out-degree, so the prior gets the larger weight.
     """
     n = counts.features.size
     score = counts.features.astype(np.float64)
@@ -121,7 +124,7 @@ def features_presampled(counts: AccessCounts, row_bytes: int, prior: np.ndarray 
         if prior.shape != (n,):
             raise ValueError(f"prior has shape {prior.shape}; expected ({n},), one value per node")
         b = max(1, counts.batches)
-        w = 4.0 * b if prior_batches is None else float(prior_batches)
+        w = 64.0 * b if prior_batches is None else float(prior_batches)
         per_batch = counts.features.sum() / b
         q = prior * (per_batch / prior.sum()) if prior.sum() > 0 else prior
         score = (score + w * q) / (b + w)
