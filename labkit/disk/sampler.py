@@ -21,7 +21,7 @@ import numpy as np
 
 from labkit.core.arrays import unique
 from labkit.core.errors import check_range
-from labkit.disk.store import lists_ptr
+from labkit.disk.store import entry_rows, lists_ptr
 from labkit.graph.sampling import sample_neighbors
 
 
@@ -73,13 +73,13 @@ class NeighborSampler:
     def sample_group(self, seeds: list[np.ndarray], indices: list[int]) -> list[SampledBatch]:
         """Sample several mini-batches side by side, one topology fetch per hop for all of them.
 
-        At each hop the batches' frontiers are merged (each node once) and their neighbour lists
-        fetched together, so a page of the topology file that several batches need is read once
-        per group rather than once per batch: at the last hop, where one batch's frontier
-        already touches most pages, a group of G batches costs about what one batch does. Each
-        batch then draws from the merged lists exactly as it would alone (draws depend on the
-        batch, the hop and the position in its own frontier), so the batches are bit-identical
-        to :meth:`sample`'s.
+        At each hop the batches' frontiers are merged (each node once), every batch draws its
+        positions in the merged lists exactly as it would alone (draws depend on the batch, the
+        hop and the position in its own frontier, so the batches are bit-identical to
+        :meth:`sample`'s), and the entries all of them picked are fetched together: a page of
+        the topology file that several batches need is read once per group rather than once
+        per batch. At the last hop, where one batch's picks already touch most pages, a group
+        of G batches costs about what one batch does.
         """
         if len(seeds) != len(indices):
             raise ValueError(f"indices has {len(indices)} entries for {len(seeds)} seed arrays; expected one per batch")
@@ -105,7 +105,7 @@ class NeighborSampler:
                 picks = [vals[np.searchsorted(pos, eid)] for _, eid in draws]
             if self.positions is not None:  # global positions read, per batch and hop (pre-sampling)
                 for st, i, (_, eid) in zip(states, indices, draws):
-                    row = np.searchsorted(ptr, eid, side="right") - 1
+                    row = entry_rows(ptr, eid)
                     self.positions.setdefault(i, []).append(indptr[union[row]].astype(np.int64) + (eid - ptr[row]))
             for st, (lptr, _), pk in zip(states, draws, picks):
                 st.hop(lptr, pk.astype(np.int64))
