@@ -110,22 +110,41 @@ def out_degree(ds: Dataset) -> np.ndarray:
     return ds.array("out_degree", mmap=True)
 
 
+@dataclass
+class Holdout:
+    """The pre-sampled batches split for tuning: plans from one half, batches to score from the other."""
+
+    held: list[SampledBatch]
+    positions: list[list[np.ndarray]] | None
+    topo_plan: plans.CachePlan
+    feat_plan: plans.CachePlan
+
+    @classmethod
+    def of(cls, pre: Presampled, indptr: np.ndarray, row_bytes: int,
+           fplan_prior: np.ndarray | None = None) -> "Holdout":
+        k = max(1, len(pre.batches) // 2)
+        fit, held = pre.batches[:k], pre.batches[k:] or pre.batches[:k]
+        pos = None
+        if pre.positions is not None:
+            pos = pre.positions[k:] if len(pre.batches) > k else pre.positions[:k]
+        counts = plans.AccessCounts.from_batches(fit, indptr.size - 1)
+        return cls(held, pos, plans.topology_presampled(counts, indptr),
+                   plans.features_presampled(counts, row_bytes, prior=fplan_prior))
+
+    def tuner(self, pre: Presampled, indptr: np.ndarray, row_bytes: int, cache_bytes: int, group: int = 1) -> Tuner:
+        return Tuner(self.held, indptr, row_bytes, self.topo_plan, self.feat_plan, pre.profile, cache_bytes,
+                     group=group, positions=self.positions)
+
+
 def holdout_tuner(pre: Presampled, indptr: np.ndarray, row_bytes: int, cache_bytes: int, *,
                   fplan_prior: np.ndarray | None = None, group: int = 1) -> Tuner:
     """A tuner whose plans come from half the pre-sampled batches and whose predictions from the other half.
 
     Plans built from the very batches they are scored on would predict hit rates no new batch
     sees (every node of those batches looks hot); holding half out predicts what training gets.
+    (:class:`Holdout` keeps the plans for several tuners.)
     """
-    k = max(1, len(pre.batches) // 2)
-    fit, held = pre.batches[:k], pre.batches[k:] or pre.batches[:k]
-    pos = None
-    if pre.positions is not None:
-        pos = pre.positions[k:] if len(pre.batches) > k else pre.positions[:k]
-    counts = plans.AccessCounts.from_batches(fit, indptr.size - 1)
-    return Tuner(held, indptr, row_bytes, plans.topology_presampled(counts, indptr),
-                 plans.features_presampled(counts, row_bytes, prior=fplan_prior), pre.profile, cache_bytes,
-                 group=group, positions=pos)
+    return Holdout.of(pre, indptr, row_bytes, fplan_prior).tuner(pre, indptr, row_bytes, cache_bytes, group)
 
 
 def group_choices(pre: Presampled) -> list[int]:
@@ -201,8 +220,8 @@ class DiskGNN:
         self.features.close()
 
 
-def _size_caliex(pre: Presampled, budget: MemoryBudget, topo: DiskTopology, feat: DiskFeatures, ds: Dataset,
-                 samplers: int, group: int, split: float | None) -> dict:
+def _size_caliex(pre: Presampled, budget: MemoryBudget, topo: DiskTopology, feat: DiskFeatures,
+                 holdout: Holdout, samplers: int, group: int, split: float | None) -> dict:
     """Size CaliEX's queues and caches for one sampling group; return the tuner's pick and prediction.
 
     The queues hold one group of sampled batches per sampler thread and one gathered batch's
@@ -212,13 +231,9 @@ def _size_caliex(pre: Presampled, budget: MemoryBudget, topo: DiskTopology, feat
     margin = 1 << 20
     sampled = pre.slot_bytes[0] * samplers * group
     batch_bytes = int(max(b.nbytes for b in pre.batches))
-    prior = out_degree(ds)
-    fplan = plans.features_presampled(pre.counts, feat.row_bytes, prior=prior)
-    tplan = plans.topology_presampled(pre.counts, topo.indptr)
 
     def tuner_for(cache: int) -> Tuner:  # a group above the held-out batches is priced as all of them
-        return holdout_tuner(pre, topo.indptr, feat.row_bytes, max(0, cache), fplan_prior=prior,
-                             group=min(group, _held_out(pre)))
+        return holdout.tuner(pre, topo.indptr, feat.row_bytes, max(0, cache), min(group, _held_out(pre)))
 
     def gathered_slot(t: Tuner, f: float) -> int:
         return int((t.predict(f)["max_miss_rows"] * feat.row_bytes + batch_bytes) * 1.3)
@@ -242,7 +257,7 @@ def _size_caliex(pre: Presampled, budget: MemoryBudget, topo: DiskTopology, feat
     if total is None:
         total = tuner.predict(split)["total"]
     return {"group": group, "split": split, "best": best, "curve": curve, "tuner": tuner, "total": total,
-            "cache_bytes": cache_bytes, "slot": (pre.slot_bytes[0], g_slot), "tplan": tplan, "fplan": fplan}
+            "cache_bytes": cache_bytes, "slot": (pre.slot_bytes[0], g_slot)}
 
 
 def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, *,
@@ -277,10 +292,16 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
                 if pre is None:
                     raise bad_value("pre", None, "the Presampled result of labkit.disk.system.presample(...)")
                 groups = group_choices(pre) if group is None else [group]
+                prior = out_degree(ds)
+                # The plans that fill the caches come from all pre-sampled batches; the tuner's
+                # from half of them (scored on the other half): each built once for every group.
+                fplan = plans.features_presampled(pre.counts, feat.row_bytes, prior=prior)
+                tplan = plans.topology_presampled(pre.counts, topo.indptr)
+                holdout = Holdout.of(pre, topo.indptr, feat.row_bytes, prior)
                 sized = []
                 for g in groups:
                     try:
-                        sized.append(_size_caliex(pre, budget, topo, feat, ds, samplers, g, split))
+                        sized.append(_size_caliex(pre, budget, topo, feat, holdout, samplers, g, split))
                     except BudgetExceeded:
                         if g == groups[0]:
                             raise  # even the smallest group does not fit; larger ones ask more
@@ -289,7 +310,6 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
                 lo = min(z["total"] for z in sized)
                 pick = next(z for z in sized if z["total"] <= lo * 1.01)
                 group, split, cache_bytes, slot = pick["group"], pick["split"], pick["cache_bytes"], pick["slot"]
-                tplan, fplan = pick["tplan"], pick["fplan"]
                 info.update(tuner=pick["tuner"], predicted=pick["curve"], tuned_split=pick["best"],
                             cache_bytes=cache_bytes, slot_bytes=slot, group=group,
                             predicted_by_group={z["group"]: z["total"] for z in sized})

@@ -83,6 +83,48 @@ class Tuner:
         self.cache_bytes, self.pipelined = int(cache_bytes), pipelined
         self.num_nodes = indptr.size - 1
         self.max_request, self.sweep_request = max_request, sweep_request
+        # Topology: a sampler thread reads each hop's sampled entries once for its whole group of
+        # batches (NeighborSampler.sample_group), so misses are priced per hop over the group's
+        # merged positions (the indices-file positions pre-sampling read; without them, the
+        # frontier's whole lists); only whole groups are scored. What a group-hop reads does not
+        # depend on the split, only which of it the cache serves: prepared once here.
+        G = self.group
+        self._n_scored = len(batches) // G * G
+        self._reads = []  # per group and hop: (frontier, node of each position, page of each position)
+        for g0 in range(0, self._n_scored, G):
+            grp = range(g0, g0 + G)
+            for h in range(len(batches[g0].node_hops) - 1):
+                front = unique(np.concatenate([self._frontier(batches[j], h) for j in grp]))
+                if positions is not None:
+                    pos = unique(np.concatenate([positions[j][h] for j in grp]))
+                    self._reads.append((front, np.searchsorted(indptr, pos, side="right") - 1, pos * 4 // PAGE))
+                else:
+                    self._reads.append((front, None, None))
+        self._topo_memo: dict[int, tuple] = {}  # by cached lists (a prefix of the plan's order)
+
+    def _topology(self, cached: int, in_t: np.ndarray) -> tuple[float, float, int, int]:
+        """(disk seconds, requests, list hits, lists) of the topology reads of all scored batches."""
+        if cached in self._topo_memo:
+            return self._topo_memo[cached]
+        p = self.profile
+        s_io = requests = 0.0
+        t_hits = t_all = 0
+        scale = len(self.batches) / max(1, self._n_scored)
+        for front, node, page in self._reads:
+            t_hits += int(in_t[front].sum())
+            t_all += front.size
+            if node is not None:
+                pages = unique(page[~in_t[node]])
+            else:
+                miss = front[~in_t[front]]
+                starts = self.indptr[miss].astype(np.int64) * 4
+                lens = (self.indptr[miss + 1] - self.indptr[miss]).astype(np.int64) * 4
+                pages = extent_pages(starts, lens)
+            g, t, _ = p.topology_disk.best_gap(pages, self.max_request, self.sweep_request)
+            s_io += t * scale
+            requests += self._requests(p.topology_disk, pages, g) * scale
+        self._topo_memo[cached] = (s_io, requests, t_hits, t_all)
+        return self._topo_memo[cached]
 
     def predict(self, f: float) -> dict:
         """Return predicted seconds per batch for topology share `f`: stages, total, hit rates."""
@@ -92,34 +134,10 @@ class Tuner:
         in_f = np.zeros(self.num_nodes, bool)
         in_f[f_nodes] = True
         p = self.profile
-        s_io = g_io = 0.0
-        t_hits = t_all = f_hits = f_all = 0
-        rows = requests = max_miss = 0
-        # Topology: a sampler thread reads each hop's sampled entries once for its whole group of
-        # batches (NeighborSampler.sample_group), so misses are priced per hop over the group's
-        # merged positions (the indices-file positions pre-sampling read; without them, the
-        # frontier's whole lists); only whole groups are scored.
-        G = self.group
-        n_scored = len(self.batches) // G * G
-        for g0 in range(0, n_scored, G):
-            grp = range(g0, g0 + G)
-            for h in range(len(self.batches[g0].node_hops) - 1):
-                front = unique(np.concatenate([self._frontier(self.batches[j], h) for j in grp]))
-                t_hits += int(in_t[front].sum())
-                t_all += front.size
-                if self.positions is not None:
-                    pos = unique(np.concatenate([self.positions[j][h] for j in grp]))
-                    node = np.searchsorted(self.indptr, pos, side="right") - 1
-                    pos = pos[~in_t[node]]
-                    pages = unique(pos * 4 // PAGE)
-                else:
-                    miss = front[~in_t[front]]
-                    starts = self.indptr[miss].astype(np.int64) * 4
-                    lens = (self.indptr[miss + 1] - self.indptr[miss]).astype(np.int64) * 4
-                    pages = extent_pages(starts, lens)
-                g, t, _ = p.topology_disk.best_gap(pages, self.max_request, self.sweep_request)
-                s_io += t * len(self.batches) / n_scored
-                requests += self._requests(p.topology_disk, pages, g) * len(self.batches) / n_scored
+        g_io = 0.0
+        f_hits = f_all = 0
+        rows = max_miss = 0
+        s_io, requests, t_hits, t_all = self._topology(t_nodes.size, in_t)
         for b in self.batches:
             fmiss = b.n_id[~in_f[b.n_id]]
             max_miss = max(max_miss, fmiss.size)
