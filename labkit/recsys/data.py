@@ -161,9 +161,13 @@ class JaggedBatch:
 
     def split(self, n: int) -> list["JaggedBatch"]:
         """Split into `n` micro-batches of near-equal size (in sample order)."""
-        check_range("n", n, 1, self.batch_size, integer=True)
-        edges = np.linspace(0, self.batch_size, n + 1).round().astype(int)
+        edges = self.split_points(n)
         return [self.slice(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+
+    def split_points(self, n: int) -> np.ndarray:
+        """Return the n + 1 sample boundaries :meth:`split` cuts at."""
+        check_range("n", n, 1, self.batch_size, integer=True)
+        return np.linspace(0, self.batch_size, n + 1).round().astype(int)
 
     def to_torchrec(self):
         """Return this batch's ids as a torchrec ``KeyedJaggedTensor`` (needs torchrec)."""
