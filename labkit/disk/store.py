@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
+from labkit.core.buffers import BufferPool
 from labkit.core.datasets import Dataset
 from labkit.core.directio import PAGE, SWEEP, DirectFile, DiskModel, extent_pages
 from labkit.core.errors import check_choice
@@ -266,12 +267,40 @@ class PartialRows:
         return self.rows.nbytes + self.miss_pos.nbytes + (self.slot.nbytes if self.slot is not None else 0)
 
 
+@numba.njit(nogil=True, cache=True)
+def _gather_rows(x, nodes, out):
+    """out[i] = x[nodes[i]], one pass."""
+    d = x.shape[1]
+    for i in range(nodes.shape[0]):
+        r = nodes[i]
+        for j in range(d):
+            out[i, j] = x[r, j]
+
+
+@numba.njit(nogil=True, cache=True)
+def _merge_rows(slot, cached, miss_pos, disk_rows, out):
+    """out[i] = disk_rows[k] where miss_pos[k] == i (ascending), else cached[slot[i]]; one pass."""
+    d = out.shape[1]
+    k = 0
+    nm = miss_pos.shape[0]
+    for i in range(slot.shape[0]):
+        if k < nm and miss_pos[k] == i:
+            for j in range(d):
+                out[i, j] = disk_rows[k, j]
+            k += 1
+        else:
+            s = slot[i]
+            for j in range(d):
+                out[i, j] = cached[s, j]
+
+
 class MemoryFeatures:
     """All feature rows in RAM (the in-memory upper bound)."""
 
     def __init__(self, x: np.ndarray) -> None:
         self.x = x
         self.stats = StoreStats()
+        self._out = BufferPool(keep=6)  # reused batch arrays, as the disk stores' (see labkit.core.buffers)
 
     @classmethod
     def from_dataset(cls, ds: Dataset) -> "MemoryFeatures":
@@ -282,7 +311,9 @@ class MemoryFeatures:
         return self.x.shape[1]
 
     def gather(self, nodes: np.ndarray) -> np.ndarray:
-        out = self.x[nodes]
+        nodes = np.asarray(nodes, np.int64)
+        out = self._out.take((nodes.size, self.x.shape[1]), self.x.dtype)
+        _gather_rows(self.x, nodes, out)
         self.stats.hits += nodes.size
         self.stats.hit_bytes += out.nbytes
         return out
@@ -306,6 +337,8 @@ class DiskFeatures:
         self.cache: FeatureCache | BeladyFeatureCache | None = None
         self.stats = StoreStats()
         self.budget = budget
+        # The trainer's batch arrays, reused once trained (outside the budget, like the batch itself).
+        self._out = BufferPool(keep=6)
 
     @property
     def dim(self) -> int:
@@ -355,11 +388,10 @@ class DiskFeatures:
 
     def complete(self, part: "PartialRows") -> np.ndarray:
         """Return all rows of `part.nodes` in order: its disk rows plus the cached ones."""
-        out = np.empty((part.nodes.size, self._dim), self.dtype)
-        if part.slot is not None:
-            hit = part.slot >= 0
-            out[hit] = self.cache.rows[part.slot[hit]]
-        out[part.miss_pos] = part.rows
+        if part.slot is None:
+            return part.rows  # no cache: every row came from disk, already in order
+        out = self._out.take((part.nodes.size, self._dim), self.dtype)
+        _merge_rows(part.slot, self.cache.rows, part.miss_pos, part.rows, out)
         return out
 
     def gather(self, nodes: np.ndarray) -> np.ndarray:

@@ -8,9 +8,6 @@ already concatenated (no per-field ``cat``), and the backward pass is fused with
 
 from __future__ import annotations
 
-import contextlib
-import mmap
-import sys
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -18,68 +15,12 @@ import numba
 import numpy as np
 import torch
 
+from labkit.core.buffers import BufferPool, aligned_empty
 from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.recsys import kernels
 from labkit.recsys.cache import CachePlan, HotRowCache, SlowTier, hit_rate
 from labkit.recsys.data import JaggedBatch
 from labkit.recsys.tables import Table, column_offsets, init_table, plan_groups
-
-
-_HUGE = 2 << 20
-
-
-def aligned_empty(shape: tuple[int, int], align: int = 64) -> np.ndarray:
-    """Return an uninitialised float32 array whose rows start on `align`-byte boundaries.
-
-    A 16-float row then fills exactly one cache line instead of straddling two. Tables of 32 MiB
-    or more are mapped on 2 MiB boundaries and advised to use huge pages, since random row
-    reads over hundreds of MiB otherwise miss the TLB on almost every lookup.
-    """
-    n = int(np.prod(shape)) * 4
-    if n >= 16 * _HUGE and hasattr(mmap, "MADV_HUGEPAGE"):
-        size = -(-n // _HUGE) * _HUGE
-        m = mmap.mmap(-1, size + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        raw = np.frombuffer(m, np.uint8)
-        off = (-raw.ctypes.data) % _HUGE
-        with contextlib.suppress(OSError):
-            m.madvise(mmap.MADV_HUGEPAGE, off, size)
-        return raw[off:off + n].view(np.float32).reshape(shape)
-    buf = np.empty(n + align, np.uint8)
-    off = (-buf.ctypes.data) % align
-    return buf[off:off + n].view(np.float32).reshape(shape)
-
-
-class OutputPool:
-    """Hands out ``[B, width]`` output arrays, reusing one once nothing references it any more.
-
-    A fresh 64 MiB array costs page faults and zeroing on every step (the kernel's first touch);
-    a reused one is already mapped and often still in cache. An array is free again when the
-    pool holds the only reference to it: :func:`torch.from_numpy` tensors (and their views, which
-    share the storage) keep the array alive, so a caller still holding an output never sees it
-    overwritten.
-    """
-
-    def __init__(self, keep: int = 8) -> None:
-        self.keep = keep
-        self._arrays: list[np.ndarray] = []
-        probe = [np.empty(1)]
-        self._unreferenced = sys.getrefcount(probe[0])  # the count when only the list holds it
-
-    def _free(self, i: int) -> bool:
-        return sys.getrefcount(self._arrays[i]) <= self._unreferenced
-
-    def take(self, shape: tuple[int, int]) -> np.ndarray:
-        """Return an uninitialised float32 array of `shape` that nobody else references."""
-        for i in range(len(self._arrays)):
-            if self._arrays[i].shape == shape and self._free(i):
-                return self._arrays[i]
-        if len(self._arrays) >= self.keep:
-            free = [i for i in range(len(self._arrays)) if self._free(i)]
-            if not free:
-                return aligned_empty(shape)  # all in use: a one-off array, not pooled
-            self._arrays.pop(free[0])
-        self._arrays.append(aligned_empty(shape))
-        return self._arrays[-1]
 
 
 def _state_dim(optimizer: str, dim: int) -> int:
@@ -163,7 +104,7 @@ class PackedEmbeddings:
         self.lookups = np.zeros(n_feat, np.int64)
         self._dummy_slot = np.full(1, -1, np.int32)
         self._no_mark = np.full((1, 1), -1, np.int32)
-        self._outputs = OutputPool()
+        self._outputs = BufferPool(keep=8)
 
     # ---- forward / backward --------------------------------------------------------------
     def _cache_args(self, g: PackedGroup):
