@@ -141,3 +141,19 @@ def test_long_extent_is_split(blob):
         assert np.array_equal(got, data[100:100 + 40 * PAGE])
         got = f.read_extents(np.array([5, 100]), np.array([3, 20 * PAGE]), gap_pages=SWEEP)
         assert np.array_equal(got, np.concatenate([data[5:8], data[100:100 + 20 * PAGE]]))
+
+
+@pytest.mark.parametrize("qd", [1, 4])
+def test_file_truncated_under_a_reader_is_a_clear_error(blob, qd):
+    path, data = blob
+    copy = path + ".trunc"
+    data.tofile(copy)
+    try:
+        with _open(copy, queue_depth=qd) as f:
+            os.truncate(copy, SIZE // 2)  # shrinks after open: reads past the new end come back short
+            with pytest.raises(OSError, match="short read"):
+                f.read_extents(np.arange(0, SIZE - PAGE, 2 * PAGE, dtype=np.int64), np.full(32, 100, np.int64))
+            got = f.read_extents(np.array([5], np.int64), np.array([100], np.int64))  # the file still works
+            assert np.array_equal(got, data[5:105])
+    finally:
+        os.unlink(copy)
