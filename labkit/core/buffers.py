@@ -4,7 +4,7 @@ A training step that allocates a fresh 50-100 MiB array every time (the pooled e
 a recommender batch, the feature rows of a GNN mini-batch) pays for it in page faults: glibc
 maps arrays that large straight from the kernel, which zeroes every 4 KiB page on first touch,
 and unmaps them again when they are freed. Measured here on a 61 MiB batch of feature rows:
-about 7 ms of faults per step, on top of the copy itself. :class:`BufferPool` hands out arrays
+7-13 ms of faults per step, on top of the copy itself. :class:`BufferPool` hands out arrays
 that are already mapped, and knows an array is free again when nothing but the pool refers to
 its memory.
 """

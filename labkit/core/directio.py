@@ -145,14 +145,6 @@ _pread = _libc_pread()
 
 if _pread is not None:
     @numba.njit(nogil=True)
-    def _pread_runs(fd, base, offs, lens, bases, want, first, step):
-        """pread runs first, first + step, ... into base + bases[i]; return the first short run or -1."""
-        for i in range(first, offs.shape[0], step):
-            got = _pread(fd, base + bases[i], lens[i], offs[i])
-            if got < want[i]:
-                return i
-        return -1
-    @numba.njit(nogil=True)
     def _pread_copy(fd, addr, staging, slot, offs, lens, want, ext_ptr, ext_list, ext_off, lengths, dst, out,
                     first, step):
         """Stream runs first, first + step, ... through one staging slot: pread a run at byte `slot`
@@ -164,7 +156,7 @@ if _pread is not None:
             _copy_run(staging, slot, i, ext_ptr, ext_list, ext_off, lengths, dst, out)
         return -1
 else:  # pragma: no cover
-    _pread_runs = _pread_copy = None
+    _pread_copy = None
 
 
 @numba.njit(cache=True, nogil=True)
@@ -449,6 +441,7 @@ class DirectFile:
                 f.result()
 
     def _read_runs(self, run_page: np.ndarray, run_pages: np.ndarray, run_base: np.ndarray) -> None:
+        """Read one wave of runs into the staging buffer from Python (the page-cache fallback, or no libc pread)."""
         n = run_page.size
         qd = min(self.queue_depth, n)
         offs = np.ascontiguousarray(run_page * PAGE, np.int64)
@@ -456,33 +449,16 @@ class DirectFile:
         bases = np.ascontiguousarray(run_base, np.int64)
         want = np.minimum(lens, self.size - offs)
         fd, direct = self._fd, self.direct
-        if direct and _pread_runs is not None:
-            addr = self._staging.ctypes.data
+        mv = memoryview(self._mm)
+        offl, lenl, basel, wantl = offs.tolist(), lens.tolist(), bases.tolist(), want.tolist()
 
-            def worker(w: int) -> None:
-                bad = _pread_runs(fd, addr, offs, lens, bases, want, w, qd)
-                if bad >= 0:
-                    # Redo the failing request from Python for the OS error (or report it short).
-                    mv = memoryview(self._mm)
-                    i = int(bad)
-                    got = os.preadv(fd, [mv[int(bases[i]):int(bases[i] + lens[i])]], int(offs[i]))
-                    if got < want[i]:
-                        raise OSError(errno.EIO, f"short read at {int(offs[i])} of {self.path}")
-                    mv.release()
-                    w2 = _pread_runs(fd, addr, offs, lens, bases, want, i + qd, qd)
-                    if w2 >= 0:
-                        raise OSError(errno.EIO, f"short read at {int(offs[w2])} of {self.path}")
-        else:
-            mv = memoryview(self._mm)
-            offl, lenl, basel, wantl = offs.tolist(), lens.tolist(), bases.tolist(), want.tolist()
-
-            def worker(w: int) -> None:
-                for i in range(w, n, qd):
-                    got = os.preadv(fd, [mv[basel[i]:basel[i] + lenl[i]]], offl[i])
-                    if got < wantl[i]:
-                        raise OSError(errno.EIO, f"short read at {offl[i]} of {self.path}")
-                    if not direct:
-                        os.posix_fadvise(fd, offl[i], lenl[i], os.POSIX_FADV_DONTNEED)
+        def worker(w: int) -> None:
+            for i in range(w, n, qd):
+                got = os.preadv(fd, [mv[basel[i]:basel[i] + lenl[i]]], offl[i])
+                if got < wantl[i]:
+                    raise OSError(errno.EIO, f"short read at {offl[i]} of {self.path}")
+                if not direct:
+                    os.posix_fadvise(fd, offl[i], lenl[i], os.POSIX_FADV_DONTNEED)
 
         if qd == 1:
             worker(0)
