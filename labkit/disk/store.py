@@ -26,6 +26,7 @@ from labkit.core.directio import PAGE, SWEEP, DirectFile, DiskModel, extent_page
 from labkit.core.errors import check_choice
 from labkit.core.memory import MemoryBudget
 from labkit.disk.iocache import BeladyFeatureCache, FeatureCache, TopologyCache, assemble_lists
+from labkit.graph.csr import check_node_ids
 
 MODES = ("random", "coalesced", "sweep", "auto")
 
@@ -311,7 +312,8 @@ class MemoryFeatures:
         return self.x.shape[1]
 
     def gather(self, nodes: np.ndarray) -> np.ndarray:
-        nodes = np.asarray(nodes, np.int64)
+        # The copy kernel does not bounds-check, so the ids are checked here (x[nodes] did it before).
+        nodes = check_node_ids("nodes", nodes, self.x.shape[0]).astype(np.int64, copy=False)
         out = self._out.take((nodes.size, self.x.shape[1]), self.x.dtype)
         _gather_rows(self.x, nodes, out)
         self.stats.hits += nodes.size

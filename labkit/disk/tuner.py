@@ -27,6 +27,7 @@ from labkit.core.arrays import unique
 from labkit.core.directio import PAGE, DiskModel, extent_pages
 from labkit.disk.plans import CachePlan
 from labkit.disk.sampler import SampledBatch
+from labkit.disk.store import entry_rows
 
 
 @dataclass
@@ -97,13 +98,14 @@ class Tuner:
                 front = unique(np.concatenate([self._frontier(batches[j], h) for j in grp]))
                 if positions is not None:
                     pos = unique(np.concatenate([positions[j][h] for j in grp]))
-                    self._reads.append((front, np.searchsorted(indptr, pos, side="right") - 1, pos * 4 // PAGE))
+                    self._reads.append((front, entry_rows(indptr, pos), pos * 4 // PAGE))
                 else:
                     self._reads.append((front, None, None))
         self._topo_memo: dict[int, tuple] = {}  # by cached lists (a prefix of the plan's order)
 
     def _topology(self, cached: int, in_t: np.ndarray) -> tuple[float, float, int, int]:
-        """(disk seconds, requests, list hits, lists) of the topology reads of all scored batches."""
+        """(disk seconds, requests, hits, lookups) of the topology reads of all scored batches; lookups are
+        sampled entries where pre-sampling recorded positions (as the store counts them), else lists."""
         if cached in self._topo_memo:
             return self._topo_memo[cached]
         p = self.profile
@@ -111,11 +113,14 @@ class Tuner:
         t_hits = t_all = 0
         scale = len(self.batches) / max(1, self._n_scored)
         for front, node, page in self._reads:
-            t_hits += int(in_t[front].sum())
-            t_all += front.size
-            if node is not None:
-                pages = unique(page[~in_t[node]])
-            else:
+            if node is not None:  # hits counted per sampled entry, as the store counts them
+                hit = in_t[node]
+                t_hits += int(hit.sum())
+                t_all += node.size
+                pages = unique(page[~hit])
+            else:  # per list
+                t_hits += int(in_t[front].sum())
+                t_all += front.size
                 miss = front[~in_t[front]]
                 starts = self.indptr[miss].astype(np.int64) * 4
                 lens = (self.indptr[miss + 1] - self.indptr[miss]).astype(np.int64) * 4

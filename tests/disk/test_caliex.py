@@ -281,6 +281,10 @@ def test_feature_cache_lookup_and_partial_rows(ds):
         part = df.fetch_misses(nodes)
         assert part.rows.shape == (2, ds.meta["dim"]) and part.nbytes < nodes.size * 512
         assert np.array_equal(df.complete(part), mf.gather(nodes))
+        with pytest.raises(ValueError, match=r"nodes\[1\]=-1 is not accepted"):
+            mf.gather(np.array([3, -1], np.int64))
+        with pytest.raises(ValueError, match="is not accepted"):
+            mf.gather(np.array([ds.meta["num_nodes"]], np.int64))
     finally:
         df.close()
     assert b.used == 0
