@@ -7,11 +7,20 @@ fresh window after the change has warmed up; a step that does not pay is reverte
 ceiling (or floor), so the count settles instead of oscillating. A sustained change in the
 measured rate (the job or the machine changed) lifts the ceiling and floor again.
 
-A throughput model gates the climb, as in FastFlow: when the job's own processes (the trainer
-and its data workers) already keep nearly every CPU it may use busy, another worker cannot add
-throughput, only time-slice the same cores (more context switches, colder caches), so the
-autoscaler holds; and with more workers than CPUs on a saturated machine it probes one fewer.
-Where the job's CPU time cannot be read (a Dask pool, a stand-in job) the climb is ungated.
+A CPU model changes how steps are judged, as in FastFlow: when the job's own processes (the
+trainer and its data workers) already keep nearly every CPU it may use busy, another worker adds
+no CPU, it only shifts the CPUs' time-slices between the trainer and the workers. That pays
+while the trainer starves (the workers are the short side), and not once it is fed. So on a
+saturated machine a step up is taken only while the trainer stalls, and kept only if it cuts
+the trainer's stall by `stall_cut` (30%) without losing more than half of `gain` in rate,
+judged on three windows after a warm-up one against three before it; it then becomes a floor.
+The stall share is the signal here because it is far steadier than the rate: on the image job
+on 2 CPUs (both busy from 2 workers on) windows at one worker count scattered by +-15% in rate
+while the trainer's stall went from 0.12-0.28 with 2 workers to 0.04-0.09 with 3 and stayed
+there with 4, and 3 workers beat 2 by 2-9% in every recorded side-by-side run. With more
+workers than CPUs and nothing to gain, the autoscaler probes one fewer, kept (and made a
+ceiling) if the rate holds. Where the job's CPU time cannot be read (a Dask pool, a stand-in
+job) every step is judged on its gain in rate.
 """
 
 from __future__ import annotations
@@ -78,6 +87,7 @@ class Autoscaler:
     reprobe_windows: int = 10
     cpus: float | None = None  # CPUs the job may use (default: those this process may run on)
     saturation: float = 0.85  # the job is CPU-bound when it keeps this share of `cpus` busy
+    stall_cut: float = 0.3  # on saturated CPUs a step up must cut the trainer's stall by this share
     job_cpu: Any = None  # has .sample() -> CPUs busy since the last call; default JobCpu(pool)
     history: list[Window] = field(default_factory=list)
     clock: Callable[[], float] = time.perf_counter
@@ -90,6 +100,7 @@ class Autoscaler:
         check_range("window_s", self.window_s, 0, lo_open=True)
         check_range("gain", self.gain, 0, 1)
         check_range("saturation", self.saturation, 0, 1, lo_open=True)
+        check_range("stall_cut", self.stall_cut, 0, 1)
         if self.cpus is None:
             self.cpus = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
         check_range("cpus", self.cpus, 0, lo_open=True)
@@ -98,14 +109,18 @@ class Autoscaler:
         self._busy: float | None = None
         self._t0 = self.clock()
         self._reset_window(self.clock())
-        self._probe: tuple[str, int, float] | None = None  # (direction, workers before, rate before)
+        # (direction, workers before, rate before, judged as a re-balancing of saturated CPUs, stall before)
+        self._probe: tuple[str, int, float, bool, float] | None = None
         self._ceiling = self.max_workers
+        self._sure = False  # the ceiling was judged on saturated CPUs (not retried on stall alone)
         self._floor = self.min_workers
         self._settled_rate: float | None = None
         self.settled_at: float | None = None
         self._drifted = 0
         self._here: list[float] = []  # rates measured at the current count
         self._probe_rates: list[float] = []
+        self._probe_stalls: list[float] = []
+        self._stalls: list[tuple[int, float]] = []  # (workers, stall) of the recent windows
 
     def set_budget(self, cpus: int) -> None:
         """Change the CPU budget (most workers allowed); a raised budget is explored again."""
@@ -113,6 +128,7 @@ class Autoscaler:
         raised = cpus > self.max_workers
         self.max_workers = int(cpus)
         self._ceiling = self.max_workers if raised else min(self._ceiling, self.max_workers)
+        self._sure = self._sure and not raised
         self._floor = min(self._floor, self.max_workers)
         self._settled_rate = None if raised else self._settled_rate
         if self.workers > self.max_workers:
@@ -159,23 +175,33 @@ class Autoscaler:
 
     def _decide(self, rate: float, stall: float, depth: float) -> str:
         w = self.workers
+        self._stalls = self._stalls[-5:] + [(w, stall)]
         if self._probe is not None:
-            direction, before, r0 = self._probe
+            direction, before, r0, saturated, s0 = self._probe
             self._probe_rates.append(rate)
-            if len(self._probe_rates) < self.probe_windows:
+            self._probe_stalls.append(stall)
+            # A re-balancing step is small: its first window (a worker still starting) is dropped and
+            # it is judged on three more, as many as the rate before it.
+            if len(self._probe_rates) < (max(3, self.probe_windows) + 1 if saturated else self.probe_windows):
                 return "probe"
-            r = sum(self._probe_rates) / len(self._probe_rates)
-            self._probe, self._probe_rates = None, []
+            rates, stalls = self._probe_rates[int(saturated):], self._probe_stalls[int(saturated):]
+            r, s = sum(rates) / len(rates), sum(stalls) / len(stalls)
+            self._probe, self._probe_rates, self._probe_stalls = None, [], []
             self._here = [r]
+            holds = r >= r0 * (1 - self.gain / 2)
             if direction == "up":
-                if r >= r0 * (1 + self.gain):
+                if r >= r0 * (1 + self.gain) or (saturated and holds and s <= s0 * (1 - self.stall_cut)):
+                    if saturated:  # judged at least as good as one fewer: do not shed back
+                        self._floor = max(self._floor, w)
                     return self._maybe_grow(w, r, stall) or "keep"
-                self._ceiling = w - 1
+                self._ceiling, self._sure = w - 1, saturated
                 self._set(before)
                 self._settle(r0)
                 self._here = [r0]
                 return "revert"
-            if r >= r0 * (1 - self.gain / 2):
+            if holds:
+                if saturated:  # the extra worker only time-sliced the CPUs: do not add it back
+                    self._ceiling, self._sure = min(self._ceiling, w), True
                 self._settle(r)
                 return "keep"
             self._floor = before
@@ -191,7 +217,8 @@ class Autoscaler:
         if self._drifted >= 4:
             # Four windows in a row far from the settled rate: the job or the machine changed.
             self._ceiling, self._floor, self._settled_rate, self._drifted = self.max_workers, self.min_workers, None, 0
-        if (stall > self.stall_hi and w == self._ceiling < self.max_workers
+            self._sure = False
+        if (stall > self.stall_hi and w == self._ceiling < self.max_workers and not self._sure
                 and len(self._here) >= self.reprobe_windows):
             # Still stalling long after a failed step up: one noisy window may have misled us, retry.
             self._ceiling = w + 1
@@ -201,7 +228,7 @@ class Autoscaler:
         if self.cpu_bound and w > self.cpus and w > self._floor:
             # More workers than CPUs and every CPU busy: one fewer may do the same work with
             # less time-slicing. The probe keeps it only if the rate holds.
-            self._start_probe("down", w)
+            self._start_probe("down", w, saturated=True)
             self._set(w - 1)
             return "remove"
         if stall < self.stall_lo and depth >= 1.0 and w > self._floor:
@@ -212,20 +239,26 @@ class Autoscaler:
             self._settle(rate)
         return "hold"
 
-    def _start_probe(self, direction: str, w: int) -> None:
+    def _start_probe(self, direction: str, w: int, *, saturated: bool = False) -> None:
         # Judge a step against the recent mean at the old count, not one window: noise is +-20% here.
         recent = self._here[-3:]
-        self._probe = (direction, w, sum(recent) / len(recent))
-        self._probe_rates = []
+        stalls = [s for n, s in self._stalls[-3:] if n == w] or [0.0]
+        self._probe = (direction, w, sum(recent) / len(recent), saturated, sum(stalls) / len(stalls))
+        self._probe_rates, self._probe_stalls = [], []
 
     def _maybe_grow(self, w: int, rate: float, stall: float) -> str:
-        if stall > self.stall_hi and w < self._ceiling and not self.cpu_bound:
+        if stall > self.stall_hi and w < self._ceiling:
+            # The trainer starves: one more worker, judged on its gain, or on a saturated machine
+            # (where it can only shift CPU time to the workers) kept unless the rate falls. That
+            # smaller step is judged against three windows at the current count, not one.
             if not self._here:
                 self._here = [rate]
-            self._start_probe("up", w)
+            if self.cpu_bound and len(self._here) < 3:
+                return ""
+            self._start_probe("up", w, saturated=self.cpu_bound)
             self._set(w + 1)
             return "add"
-        if stall <= self.stall_hi or self.cpu_bound:
+        if stall <= self.stall_hi:
             self._settle(rate)
         return ""
 

@@ -121,12 +121,40 @@ class Meter:
         return None if last is None or now[0] <= last[0] else (now[1] - last[1]) / (now[0] - last[0])
 
 
-def test_holds_when_the_job_keeps_every_cpu_busy():
+def test_a_worker_that_only_time_slices_the_cpus_is_tried_and_reverted():
     job = CpuBoundJob(25, 100)  # 1 worker: 1.25 CPUs busy; 2 workers: both CPUs busy
     s = Autoscaler(job, max_workers=8, window_s=1.0, clock=job.clock, cpus=2, job_cpu=Meter(job))
     job.drive(s, 30.0)
-    assert job.target == 2 and max(job.seen) == 2  # never time-slices a third worker onto 2 CPUs
+    assert job.target == 2 and max(job.seen) == 3  # the trainer starves, so a third is tried...
+    assert [h.action for h in s.history].count("revert") == 1  # ...once: it costs 5%, and is not retried
     assert s.history[-1].cpu == pytest.approx(2.0, rel=0.05) and s.cpu_bound
+    assert all(h.action == "hold" for h in s.history if h.t > 10)
+
+
+class TableJob(FakeJob):
+    """A measured job: batches/s, trainer stall share and CPUs busy for each worker count."""
+
+    def __init__(self, table: dict[int, tuple[float, float, float]], **kw) -> None:
+        super().__init__(1, 1, **kw)
+        self.table, self.cpu_used = table, 0.0
+
+    def drive(self, scaler: Autoscaler, seconds: float) -> None:
+        while self.t < seconds:
+            rate, stall, cpu = self.table[self.target]
+            self.t += 1.0 / rate
+            self.cpu_used += cpu / rate
+            scaler.on_step(stall / rate, (1 - stall) / rate)
+
+
+def test_on_saturated_cpus_a_starving_trainer_gets_another_worker():
+    # The image job on 2 CPUs: 2 workers keep both busy, yet the trainer stalls 20% of its time;
+    # a third worker shifts CPU time to the data side (+3.6%, under the 7% a free CPU must bring).
+    table = {1: (20.0, 0.40, 1.3), 2: (28.0, 0.20, 1.96), 3: (29.0, 0.12, 1.98), 4: (27.5, 0.12, 1.99)}
+    job = TableJob(table, max_workers=4)
+    s = Autoscaler(job, max_workers=4, window_s=1.0, clock=job.clock, cpus=2, job_cpu=Meter(job))
+    job.drive(s, 30.0)
+    assert job.target == 3  # 4 costs 5%: reverted, and 3 becomes the floor so it is not shed
+    assert all(h.action == "hold" for h in s.history if h.t > 17)
 
 
 def test_sheds_workers_that_only_time_slice_the_cpus():
