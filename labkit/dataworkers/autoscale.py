@@ -12,7 +12,7 @@ trainer and its data workers) already keep nearly every CPU it may use busy, ano
 no CPU, it only shifts the CPUs' time-slices between the trainer and the workers. That pays
 while the trainer starves (the workers are the short side), and not once it is fed. So on a
 saturated machine a step up is taken only while the trainer stalls, and kept only if it cuts
-the trainer's stall by `stall_cut` (30%) without losing more than half of `gain` in rate,
+the trainer's stall by `stall_cut` (30%) without losing more than `gain` in rate,
 judged on three windows after a warm-up one against three before it; it then becomes a floor.
 The stall share is the signal here because it is far steadier than the rate: on the image job
 on 2 CPUs (both busy from 2 workers on) windows at one worker count scattered by +-15% in rate
@@ -190,7 +190,9 @@ class Autoscaler:
             self._here = [r]
             holds = r >= r0 * (1 - self.gain / 2)
             if direction == "up":
-                if r >= r0 * (1 + self.gain) or (saturated and holds and s <= s0 * (1 - self.stall_cut)):
+                # On saturated CPUs the stall is the signal; the rate (noisier) only vetoes a real loss.
+                rebalanced = saturated and r >= r0 * (1 - self.gain) and s <= s0 * (1 - self.stall_cut)
+                if r >= r0 * (1 + self.gain) or rebalanced:
                     if saturated:  # judged at least as good as one fewer: do not shed back
                         self._floor = max(self._floor, w)
                     return self._maybe_grow(w, r, stall) or "keep"

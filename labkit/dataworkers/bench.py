@@ -127,8 +127,9 @@ def bench(b: Bench) -> None:
         b.record("autoscale_final_workers", scaler.workers)
         b.record("autoscale_changes", scaler.summary()["changes"])
         b.record("autoscale_last_change_s", scaler.summary()["last_change_s"])
-        b.log(f"autoscaler (t, workers, batches/s, CPUs busy, action): "
-              f"{[(round(h.t, 1), h.workers, round(h.throughput, 1), h.cpu and round(h.cpu, 2), h.action) for h in scaler.history]}")
+        seen = [(round(h.t, 1), h.workers, round(h.throughput, 1), round(h.stall, 2), h.cpu and round(h.cpu, 2), h.action)
+                for h in scaler.history]
+        b.log(f"autoscaler (t, workers, batches/s, trainer stall, CPUs busy, action): {seen}")
         busy = [h.cpu for h in scaler.history[-5:] if h.cpu is not None]
         if busy:
             b.record("autoscale_job_cpus_busy_last_windows", sum(busy) / len(busy))
