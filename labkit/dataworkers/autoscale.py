@@ -251,8 +251,8 @@ class Autoscaler:
     def _maybe_grow(self, w: int, rate: float, stall: float) -> str:
         if stall > self.stall_hi and w < self._ceiling:
             # The trainer starves: one more worker, judged on its gain, or on a saturated machine
-            # (where it can only shift CPU time to the workers) kept unless the rate falls. That
-            # smaller step is judged against three windows at the current count, not one.
+            # (where it can only shift CPU time to the workers) on the cut in the trainer's stall,
+            # against three windows at the current count, not one.
             if not self._here:
                 self._here = [rate]
             if self.cpu_bound and len(self._here) < 3:
