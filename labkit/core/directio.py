@@ -367,18 +367,19 @@ class DirectFile:
         with self._lock:  # one staging buffer per file
             if self.direct and _pread_copy is not None:
                 self._stream_runs(run_page, run_pages, ext_run, ext_off, lengths, dst, flat)
-                requests, bytes_read, r = nrun, int(run_pages.sum()) * PAGE, nrun
-            while r < nrun:
-                # A wave: consecutive runs that together fit the staging buffer.
-                base = np.cumsum(run_pages[r:] * PAGE)
-                r1 = r + int(np.searchsorted(base, self._staging.size, side="right"))
-                run_base = np.zeros(nrun, np.int64)
-                run_base[r:r1] = np.concatenate(([0], base[:r1 - r - 1]))
-                self._read_runs(run_page[r:r1], run_pages[r:r1], run_base[r:r1])
-                _copy_out(self._staging, run_base, ext_run, ext_off, lengths, dst, flat, r, r1)
-                requests += r1 - r
-                bytes_read += int(base[r1 - r - 1])
-                r = r1
+                requests, bytes_read = nrun, int(run_pages.sum()) * PAGE
+            else:
+                while r < nrun:
+                    # A wave: consecutive runs that together fit the staging buffer.
+                    base = np.cumsum(run_pages[r:] * PAGE)
+                    r1 = r + int(np.searchsorted(base, self._staging.size, side="right"))
+                    run_base = np.zeros(nrun, np.int64)
+                    run_base[r:r1] = np.concatenate(([0], base[:r1 - r - 1]))
+                    self._read_runs(run_page[r:r1], run_pages[r:r1], run_base[r:r1])
+                    _copy_out(self._staging, run_base, ext_run, ext_off, lengths, dst, flat, r, r1)
+                    requests += r1 - r
+                    bytes_read += int(base[r1 - r - 1])
+                    r = r1
             self.counters.requests += requests
             self.counters.bytes_read += bytes_read
             self.counters.bytes_used += total

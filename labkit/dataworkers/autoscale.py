@@ -120,7 +120,7 @@ class Autoscaler:
         self._here: list[float] = []  # rates measured at the current count
         self._probe_rates: list[float] = []
         self._probe_stalls: list[float] = []
-        self._stalls: list[tuple[int, float]] = []  # (workers, stall) of the recent windows
+        self._stalls: list[tuple[int, float]] = []  # (workers, stall) of the last three windows
 
     def set_budget(self, cpus: int) -> None:
         """Change the CPU budget (most workers allowed); a raised budget is explored again."""
@@ -175,7 +175,7 @@ class Autoscaler:
 
     def _decide(self, rate: float, stall: float, depth: float) -> str:
         w = self.workers
-        self._stalls = self._stalls[-5:] + [(w, stall)]
+        self._stalls = self._stalls[-2:] + [(w, stall)]  # a probe's baseline: the last three
         if self._probe is not None:
             direction, before, r0, saturated, s0 = self._probe
             self._probe_rates.append(rate)
