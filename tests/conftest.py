@@ -1,9 +1,8 @@
-"""Shared fixtures: a private data root per test session, and GPU / Chromium detection."""
+"""Shared fixtures: BLAS threads for tests and a private data root per test."""
 
 from __future__ import annotations
 
 import os
-import shutil
 
 import pytest
 
@@ -22,11 +21,3 @@ def data_root(tmp_path, monkeypatch):
     root.mkdir()
     monkeypatch.setenv("LABKIT_DATA", str(root))
     return root
-
-
-def has_gpu() -> bool:
-    from labkit.core.machine import gpu_info
-    return gpu_info() is not None
-
-
-requires_gpu = pytest.mark.skipif(not shutil.which("nvidia-smi"), reason="needs an NVIDIA GPU (none found)")

@@ -7,24 +7,27 @@ import pytest
 from labkit.core.bench import Bench, Claim, claims_markdown, update_benchmarks_md, write_json
 
 
-def test_compare_interleaves_and_ratios():
-    calls = []
+def test_compare_interleaves_and_ratios(monkeypatch):
+    import labkit.core.bench as bench_mod
+    calls, clock = [], [0.0]
+    # A fake clock the contenders advance: the ratios are exact, whatever the machine is doing.
+    monkeypatch.setattr(bench_mod.time, "perf_counter", lambda: clock[0])
 
     def slow():
         calls.append("slow")
-        time.sleep(0.004)
+        clock[0] += 4.0
 
     def fast():
         calls.append("fast")
-        time.sleep(0.001)
+        clock[0] += 1.0
 
     b = Bench("toy", "ci", progress=False)
     c = b.compare("case", {"slow": slow, "fast": fast}, repeats=4, warmup=1)
     # warm-up runs both once, then rounds alternate with rotated order
     assert calls[2:] == ["slow", "fast", "fast", "slow", "slow", "fast", "fast", "slow"]
-    assert len(c.times["slow"]) == len(c.times["fast"]) == 4
-    assert c.ratio("slow", "fast") > 1.5
-    assert c.median("slow") > c.median("fast")
+    assert c.times["slow"] == [4.0] * 4 and c.times["fast"] == [1.0] * 4
+    assert c.ratio("slow", "fast") == 4.0
+    assert c.median("slow") == 4.0 and c.median("fast") == 1.0
     assert c.best_ratio(["slow", "fast"], "fast") == pytest.approx(1.0)
 
 
@@ -39,9 +42,10 @@ def test_memory_records_peak_growth():
     b = Bench("toy", "ci", progress=False)
     c = b.compare("alloc", {"big": lambda: np.ones(50_000_000, np.uint8).sum(),
                             "none": lambda: None}, repeats=2, memory=True)
-    if c.peak_mem["big"] is not None and c.peak_mem["big"] > 0:
-        assert c.peak_mem["big"] > 30e6
-        assert c.peak_mem["none"] < c.peak_mem["big"]
+    if not c.peak_mem["big"]:
+        pytest.skip("peak memory is not measurable here")
+    assert c.peak_mem["big"] > 30e6
+    assert c.peak_mem["none"] < c.peak_mem["big"]
 
 
 def test_claims_measure_verdict_and_json(tmp_path):

@@ -35,7 +35,7 @@ def test_ctr_program_cut_stops_at_a_buffer(ctr_prog):
     assert check_equivalence(ctr_prog, split)["max_loss_diff"] == 0.0
 
 
-def test_trainer_part_trains_the_users_parameters(image_prog):
+def test_trainer_part_holds_the_users_parameters(image_prog):
     split = extract(image_prog)
     mine = {id(p) for p in image_prog.model.parameters()}
     assert {id(p) for p in split.trainer_model.parameters()} == mine

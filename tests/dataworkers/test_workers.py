@@ -95,10 +95,13 @@ def test_trainer_stopping_early_cleans_up(image_prog, split, no_leaks):
     next(it)
     next(it)
     it.close()  # the trainer stops early
-    # The pool is still usable, and late results of the abandoned stream are dropped.
-    assert len(list(pool.stream(image_prog.batches(0)[:3]))) == 3
+    # The pool is still usable, and late results of the abandoned stream are dropped: the new
+    # stream yields exactly its own batches, in order (no_leaks checks the processes went away).
+    keys = image_prog.batches(0)[3:6]
+    got = list(pool.stream(keys))
+    assert len(got) == 3 and all(same(a, b) for a, b in zip(reference(split, keys), got))
     pool.close()
-    assert not any(p.is_alive() for p in [])
+    assert pool.num_workers == 0
 
 
 def test_all_workers_dead_without_respawn_is_an_error(image_prog, split, no_leaks):
@@ -146,11 +149,10 @@ def test_dask_backend_in_order_and_scheduler_loss(image_prog, split):
         it = pool.stream(keys * 50)
         next(it)
         pool._cluster.close()  # the scheduler goes away mid-epoch
-        t0 = time.perf_counter()
+        # It fails with a named error rather than hanging (pytest-timeout would catch a hang).
         with pytest.raises(WorkerError, match="Dask"):
             for _ in it:
                 pass
-        assert time.perf_counter() - t0 < 40
     finally:
         pool.close()
 

@@ -47,7 +47,9 @@ def test_dashboard_samples_and_stops_cleanly():
     calls = []
     with Dashboard(interval=0.1, extra={"queue depth": lambda: len(calls) or calls.append(1) or 1.0}) as d:
         sum(i * i for i in range(300_000))
-        time.sleep(0.45)
+        deadline = time.monotonic() + 30  # wait for three samples, however busy the machine is
+        while len(d.samples) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert d.running
     assert not d.running
     assert "labkit-dashboard" not in {t.name for t in threading.enumerate()} - before
