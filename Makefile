@@ -19,10 +19,9 @@ $(BIN)/python:
 $(STAMP): pyproject.toml $(NODEPS) | $(BIN)/python
 	$(BIN)/python -m pip install -e ".[dev]"
 	@if [ -f requirements-nodeps.txt ]; then $(BIN)/python -m pip install --no-deps -r requirements-nodeps.txt; fi
-	$(BIN)/python -m ipykernel install --sys-prefix --name labkit --display-name "Python (labkit)"
 	touch $@
 
-install: $(STAMP)  ## create .venv and install labkit (editable, pinned) + the `labkit` Jupyter kernel
+install: $(STAMP)  ## create .venv and install labkit (editable, pinned) and the no-deps extras
 
 lab: install  ## install, then start JupyterLab on 127.0.0.1 at notebooks/00_tour.ipynb
 	$(BIN)/labkit lab

@@ -10,6 +10,8 @@ from pathlib import Path
 from labkit.core.errors import LabkitError
 from labkit.core.profiles import PROFILES
 
+PROFILE_HELP = "size: ci (seconds, what the tests use), small (where the targets are measured), large (an afternoon); default ci"
+
 EPILOG = """examples:
   labkit doctor                              check this machine
   labkit data list                           datasets the systems register
@@ -19,6 +21,44 @@ EPILOG = """examples:
   labkit reproduce --profile ci              every system's claims in one table
   labkit lab                                 start JupyterLab at the tour notebook
 """
+
+
+def _port(text: str) -> int:
+    """argparse type for --port: an integer in [1, 65535]."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if not 1 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not accepted; expected an integer in [1, 65535]")
+    return v
+
+
+def _output(arg: str, path: str, *, replace: bool = True, markdown: bool = False) -> None:
+    """Check an output path before any work starts, so a bad one costs a second, not a bench."""
+    p = Path(path)
+    where = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise LabkitError(f"{arg}={path!r} is not accepted; it is a folder, expected a file path")
+    if not where.is_dir():
+        raise LabkitError(f"{arg}={path!r} is not accepted; its folder {str(where)!r} does not exist")
+    if not os.access(where, os.W_OK):
+        raise LabkitError(f"{arg}={path!r} is not accepted; its folder {str(where)!r} is not writable")
+    if p.exists() and markdown:
+        try:
+            p.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError) as exc:
+            raise LabkitError(f"{arg}={path!r} is not accepted; it exists and is not a readable UTF-8 "
+                              f"text file ({type(exc).__name__})") from None
+    elif p.exists() and not replace:
+        raise LabkitError(f"{arg}={path!r} already exists; pass --force to replace it, or choose a new path")
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    if args.json:
+        _output("--json", args.json, replace=args.force)
+    if args.record:
+        _output("--record", args.record, markdown=True)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,37 +80,72 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    sub.add_parser("doctor", help="versions, cores, memory, disk, GPU, Chromium: one verdict each")
+    raw = argparse.RawDescriptionHelpFormatter
 
-    lab = sub.add_parser("lab", help="start JupyterLab on 127.0.0.1 at notebooks/00_tour.ipynb")
-    lab.add_argument("--port", type=int, default=8888, help="port to listen on (default 8888)")
+    def command(name: str, help: str, description: str, examples: str, parent=sub):
+        return parent.add_parser(name, help=help, description=description, formatter_class=raw,
+                                 epilog="examples:\n" + examples)
+
+    command("doctor", "versions, cores, memory, disk, GPU, Chromium: one verdict each",
+            "Check what this machine has for the labs: Python packages, CPU cores, memory, the data "
+            "disk (O_DIRECT), a GPU, Chromium for the browser test. One verdict per line; exit 0.",
+            "  labkit doctor\n")
+
+    lab = command("lab", "start JupyterLab on 127.0.0.1 at notebooks/00_tour.ipynb",
+                  "Start JupyterLab from this clone, bound to 127.0.0.1 (never all interfaces), "
+                  "opening the tour notebook. Stop it with Ctrl-C.",
+                  "  labkit lab\n  labkit lab --port 8890 --no-browser\n")
+    lab.add_argument("--port", type=_port, default=8888, help="port to listen on, 1-65535 (default 8888)")
     lab.add_argument("--no-browser", action="store_true", help="do not open a browser")
 
-    data = sub.add_parser("data", help="list or build datasets")
+    data = command("data", "list or build datasets",
+                   "List the datasets the systems register, or build one. Datasets are generated from "
+                   "seeds (nothing is downloaded) into $LABKIT_DATA, else the clone's data/ folder, "
+                   "else ~/.cache/labkit/data.",
+                   "  labkit data list\n  labkit data make rmat --profile ci\n")
     dsub = data.add_subparsers(dest="data_cmd", metavar="ACTION", parser_class=_Parser)
     dsub.required = True
-    dsub.add_parser("list", help="registered datasets and which profiles are built")
-    mk = dsub.add_parser("make", help="build a dataset (no-op if a valid copy exists)")
+    command("list", "registered datasets and which profiles are built",
+            "Print every registered dataset, its profiles and which of them are built, and where.",
+            "  labkit data list\n", parent=dsub)
+    mk = command("make", "build a dataset (no-op if a valid copy exists)",
+                 "Build one dataset at one profile: written into a temporary folder and renamed into "
+                 "place, so an interrupted build leaves nothing that loads. A valid copy is kept "
+                 "(no-op); a damaged one is refused unless --force, which builds anew and swaps it in.",
+                 "  labkit data make rmat --profile ci\n  labkit data make caliex --profile small --force\n",
+                 parent=dsub)
     mk.add_argument("name", help="dataset name (see `labkit data list`)")
-    mk.add_argument("--profile", default="ci", choices=PROFILES, help="size (default ci)")
+    mk.add_argument("--profile", default="ci", choices=PROFILES, help=PROFILE_HELP)
     mk.add_argument("--force", action="store_true", help="rebuild and swap in even if a copy exists")
 
     systems = ", ".join(_system_choices())
-    b = sub.add_parser("bench", help="one system's side-by-side benchmark",
-                       description=f"Run one system's contenders interleaved and print ratios. Systems: {systems}.")
+    b = command("bench", "one system's side-by-side benchmark",
+                f"Run one system's contenders interleaved in this process and print ratios and the "
+                f"claims they measure. Systems: {systems}.",
+                "  labkit bench spmm --profile small\n"
+                "  labkit bench disk --profile small --json disk.json --record\n")
     b.add_argument("system", help=f"one of {systems}")
-    b.add_argument("--profile", default="ci", choices=PROFILES, help="size (default ci)")
-    b.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    b.add_argument("--profile", default="ci", choices=PROFILES, help=PROFILE_HELP)
+    b.add_argument("--json", metavar="PATH", help="also write the report as JSON (an existing file only with --force)")
+    b.add_argument("--force", action="store_true", help="let --json replace an existing file")
     b.add_argument("--record", nargs="?", const="BENCHMARKS.md", metavar="MD",
-                   help="write the tables into BENCHMARKS.md (or MD)")
+                   help="write the tables into MD (default ./BENCHMARKS.md, in the current folder); "
+                        "only this system's section of the file is replaced")
     b.add_argument("--quiet", action="store_true", help="no progress lines")
 
-    r = sub.add_parser("reproduce", help="every system's bench and one claims table")
-    r.add_argument("--profile", default="ci", choices=PROFILES, help="size (default ci)")
-    r.add_argument("--json", metavar="PATH", help="also write all reports as JSON")
+    r = command("reproduce", "every system's bench and one claims table",
+                f"Run every system's bench (each in a fresh process, one after another) and print one "
+                f"claims table: measured value, target, pass or miss. Systems: {systems}.",
+                "  labkit reproduce --profile ci\n"
+                "  labkit reproduce --profile small --record\n"
+                "  labkit reproduce --profile small --only graph,disk --json claims.json\n")
+    r.add_argument("--profile", default="ci", choices=PROFILES, help=PROFILE_HELP)
+    r.add_argument("--json", metavar="PATH", help="also write all reports as JSON (an existing file only with --force)")
+    r.add_argument("--force", action="store_true", help="let --json replace an existing file")
     r.add_argument("--record", nargs="?", const="BENCHMARKS.md", metavar="MD",
-                   help="write the claims table and every system's tables into BENCHMARKS.md")
-    r.add_argument("--only", metavar="NAMES", help="comma-separated subset of systems")
+                   help="write the claims table and every system's tables into MD (default ./BENCHMARKS.md, "
+                        "in the current folder); only the harness's own sections are replaced")
+    r.add_argument("--only", metavar="NAMES", help=f"comma-separated subset of systems ({systems})")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
     r.add_argument("--in-process", dest="isolate", action="store_false",
                    help="run every bench in this process (default: each in a fresh process, as "
@@ -86,6 +161,7 @@ def _bench(args: argparse.Namespace) -> int:
     system = catalog.load(args.system)
     if system is None:
         raise LabkitError(f"system {args.system} ({catalog.entry(args.system).title}) is not built yet")
+    _check_outputs(args)
     report = system.run_bench(args.profile, progress=not args.quiet)
     print(report.to_markdown())
     if args.json:
@@ -111,7 +187,7 @@ def _bench_in_child(name: str, profile: str, quiet: bool):
     from labkit.core.bench import BenchReport
     with tempfile.TemporaryDirectory(prefix="labkit-reproduce-") as td:
         out = Path(td) / "report.json"
-        cmd = [sys.executable, "-m", "labkit.cli", "bench", name, "--profile", profile, "--json", str(out)]
+        cmd = [sys.executable, "-m", "labkit.cli", "bench", name, "--profile", profile, "--json", str(out), "--force"]
         r = subprocess.run(cmd + (["--quiet"] if quiet else []), stdout=subprocess.DEVNULL)
         if r.returncode != 0 or not out.exists():
             raise LabkitError(f"labkit bench {name} --profile {profile} exited with status {r.returncode}")
@@ -123,10 +199,14 @@ def _reproduce(args: argparse.Namespace) -> int:
     from labkit.core.bench import Claim, claims_markdown, update_benchmarks_md, write_json
     names = list(catalog.NAMES)
     if args.only:
-        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        names = list(dict.fromkeys(n.strip() for n in args.only.split(",") if n.strip()))
+        if not names:
+            raise LabkitError(f"--only={args.only!r} is not accepted; expected comma-separated names from "
+                              f"{', '.join(catalog.NAMES)}")
         for n in names:
             if n not in catalog.NAMES:
                 raise LabkitError(f"--only={n!r} is not accepted; expected names from {', '.join(catalog.NAMES)}")
+    _check_outputs(args)
     reports, claims, owner, failures = [], [], {}, []
     for n in names:
         e = catalog.entry(n)
@@ -214,9 +294,16 @@ def main(argv: list[str] | None = None) -> int:
             return _bench(args)
         if args.cmd == "reproduce":
             return _reproduce(args)
-    except (LabkitError, ValueError, KeyError, FileExistsError) as exc:
+    except (LabkitError, ValueError, KeyError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"labkit: error: {msg}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # the reader went away (`labkit data list | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:  # a path the user gave (or LABKIT_DATA) that the system refused
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"labkit: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
     return 0  # pragma: no cover
 

@@ -93,6 +93,9 @@ def data_root() -> Path:
     """Where datasets live: $LABKIT_DATA, else the repo's data/ folder, else ~/.cache/labkit/data."""
     env = os.environ.get("LABKIT_DATA")
     if env:
+        if os.path.exists(env) and not os.path.isdir(env):
+            raise DatasetError(f"LABKIT_DATA={env!r} is not accepted; it is a file, expected a folder "
+                               "(created if missing)")
         return Path(env)
     repo_data = Path(__file__).resolve().parents[2] / "data"
     if repo_data.is_dir() and os.access(repo_data, os.W_OK):
@@ -289,6 +292,15 @@ def verify(ds_dir: Path, name: str, profile: str, *, full: bool = True) -> dict:
     return manifest
 
 
+def _umask() -> int:
+    """This process's umask, read without changing it (Linux), else the usual 022."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
+
+
 def dataset_dir(name: str, profile: str, root: Path | None = None) -> Path:
     return Path(root or data_root()) / name / profile
 
@@ -306,11 +318,18 @@ def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
         raise bad_value("profile", profile, f"one of {', '.join(spec.profiles)} for dataset {name}")
     final = dataset_dir(name, profile, Path(root) if root else None)
     if final.exists() and not force:
+        if not final.is_dir():
+            raise DatasetError(f"{final} is a file, not a dataset folder; {_rebuild_hint(name, profile)}")
         return open_dataset(name, profile, root=root, build=False)
     p = dict(spec.profiles[profile])
     p.update(params or {})
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{profile}.building-", dir=final.parent))
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{profile}.building-", dir=final.parent))
+    except OSError as exc:
+        raise DatasetError(f"cannot create a dataset under {final.parent} ({exc.strerror}); set LABKIT_DATA "
+                           "to a writable folder") from None
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; a built dataset is as shareable as any folder
     try:
         w = DatasetWriter(tmp, spec, profile, p)
         spec.builder(w, p)
@@ -319,7 +338,10 @@ def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
             old = final.parent / f".{profile}.old-{uuid.uuid4().hex[:8]}"
             os.rename(final, old)
             os.rename(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
+            if old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+            else:  # --force over a stray file where the folder belongs
+                old.unlink()
         else:
             try:
                 os.rename(tmp, final)

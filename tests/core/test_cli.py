@@ -29,6 +29,39 @@ def test_unknown_system_and_profile_are_one_line_exit_2():
     assert r.returncode == 2 and "name='nosuch'" in r.stderr
 
 
+def one_line_error(r, *words):
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.stderr.startswith("labkit: error: ") and r.stderr.strip().count("\n") == 0, r.stderr
+    for w in words:
+        assert w in r.stderr, (w, r.stderr)
+
+
+def test_bad_output_paths_are_refused_before_any_work(tmp_path):
+    """--json / --record are checked before a bench starts (a bad one must not cost a bench)."""
+    one_line_error(run("bench", "spmm", "--json", str(tmp_path)), "--json=", "is a folder")
+    one_line_error(run("bench", "spmm", "--json", str(tmp_path / "nodir" / "x.json")), "--json=", "does not exist")
+    old = tmp_path / "old.json"
+    old.write_text('{"keep": 1}')
+    one_line_error(run("reproduce", "--only", "spmm", "--json", str(old)), "--json=", "--force")
+    assert old.read_text() == '{"keep": 1}'  # nothing on disk is silently replaced
+    bad = tmp_path / "b.md"
+    bad.write_bytes(b"\xff\xfe\x00")
+    one_line_error(run("bench", "spmm", "--record", str(bad)), "--record=", "UTF-8")
+    assert bad.read_bytes() == b"\xff\xfe\x00"
+
+
+def test_only_port_and_data_root_errors_are_one_line(tmp_path):
+    one_line_error(run("reproduce", "--only", ","), "--only=", "spmm")
+    one_line_error(run("lab", "--port", "-5"), "--port", "'-5'", "65535")
+    one_line_error(run("lab", "--port", "99999"), "--port", "65535")
+    f = tmp_path / "afile"
+    f.write_text("x")
+    env_run = lambda env, *a: subprocess.run([sys.executable, "-m", "labkit.cli", *a], capture_output=True,  # noqa: E731
+                                             text=True, env={**__import__("os").environ, "LABKIT_DATA": env})
+    one_line_error(env_run(str(f), "data", "make", "rmat"), "LABKIT_DATA=", "folder")
+    one_line_error(env_run(str(f / "sub"), "data", "make", "rmat"), "LABKIT_DATA")
+
+
 def test_doctor_answers():
     r = run("doctor")
     assert r.returncode == 0, r.stderr

@@ -99,3 +99,18 @@ def test_bad_name_and_profile(data_root):
         D.open_dataset("toy-test", "huge")
     with pytest.raises(ValueError, match="profile='large'.*ci, small"):
         D.make_dataset("toy-test", "large")
+
+
+def test_built_folder_is_shareable_and_a_stray_file_is_refused(data_root):
+    ds = D.make_dataset("toy-test", "ci")
+    umask = D._umask()
+    assert (ds.dir.stat().st_mode & 0o777) == 0o777 & ~umask  # not mkdtemp's private 0700
+    # A file where the dataset folder belongs: refused with the command, replaced only with --force.
+    stray = D.dataset_dir("toy-test", "small")
+    stray.write_text("not a dataset")
+    with pytest.raises(D.DatasetError, match=r"is a file, not a dataset folder.*--force"):
+        D.make_dataset("toy-test", "small")
+    assert stray.read_text() == "not a dataset"
+    ds = D.make_dataset("toy-test", "small", force=True)
+    assert ds.dir.is_dir() and ds.meta["n"] == 5000
+    assert [p.name for p in stray.parent.iterdir() if p.name.startswith(".")] == []  # no leftovers
