@@ -19,10 +19,10 @@ import gc
 import os
 
 import numba
-import numpy as np
 import torch
 
-from labkit.core.bench import Bench, Claim
+from labkit.core.bench import Bench, Claim, Comparison
+from labkit.core.errors import check_range
 from labkit.core.systems import System, register
 from labkit.recsys.cache import CachePlan, SlowTier
 from labkit.recsys.data import SyntheticCTR, criteo_like_cardinalities, make_fields
@@ -136,6 +136,43 @@ def emb_case(b: Bench, n_fields: int, sz: dict, *, torchrec: bool) -> dict:
     del stages
     gc.collect()
     return out
+
+
+def comparison_table(c: Comparison, base: str):
+    """Return a :class:`~labkit.core.metrics.ResultTable` of comparison `c`: one row per contender
+    (name, threads, median and range in ms, throughput, speedup over contender `base`)."""
+    from labkit.core.metrics import ResultTable
+    rows = []
+    for n in c.names:
+        name, _, threads = n.partition("@")
+        row = {"contender": name, "threads": int(threads) if threads else "-", "median ms": c.median(n) * 1e3,
+               "min ms": c.min(n) * 1e3, "max ms": c.max(n) * 1e3}
+        if c.work is not None:
+            row[f"k{c.work_unit or 'items'}/s"] = c.throughput(n) / 1e3
+        row[f"speedup vs {base}"] = c.ratio(base, n)
+        rows.append(row)
+    return ResultTable(rows, title=c.case)
+
+
+def embedding_side_by_side(profile: str, *, fields: int, rows: int, batch: int, repeats: int = 3,
+                           torchrec: bool | None = None):
+    """Run the bench's embedding-stage case (:func:`emb_case`) once at one size, as the notebook does.
+
+    Returns ``(table, ratios)``: :func:`comparison_table` of the contenders against the fastest
+    per-field setting, and emb_case's ratios (``packed_vs_per_field``, and the TorchRec ones when
+    `torchrec`; None means "when TorchRec is installed").
+    """
+    check_range("fields", fields, 1, 100_000, integer=True)
+    check_range("rows", rows, 1, integer=True)
+    check_range("batch", batch, 1, 10_000_000, integer=True)
+    check_range("repeats", repeats, 1, integer=True)
+    if torchrec is None:
+        from labkit.recsys.baselines import torchrec as trec
+        torchrec = trec.available()
+    b = Bench("recsys", profile, progress=False)
+    out = emb_case(b, int(fields), dict(SIZES[b.profile], rows=int(rows), batch=int(batch), repeats=int(repeats)),
+                   torchrec=bool(torchrec))
+    return comparison_table(b.comparisons[-1], out["names"][0]), out
 
 
 def e2e_case(b: Bench, sz: dict) -> dict:

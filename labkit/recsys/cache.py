@@ -9,6 +9,7 @@ GPU). Lookups and updates of cached rows go to the cache; the rest go to the slo
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -102,6 +103,9 @@ class HotRowCache:
         return int(self.weights.nbytes + self.state.nbytes + self.slot.nbytes)
 
 
+_ARRAY_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
+
+
 @dataclass
 class SlowTier:
     """Full tables in memory-mapped files under one scratch folder (removed by :meth:`close`)."""
@@ -118,7 +122,14 @@ class SlowTier:
         return cls(d)
 
     def array(self, name: str, init: np.ndarray | tuple[int, int]) -> np.ndarray:
-        """Return a writable memory-mapped array `name`, filled from `init` (or zeros of that shape)."""
+        """Return a writable memory-mapped array `name`, filled from `init` (or zeros of that shape).
+
+        `name` is a plain file name (letters, digits, ``_ . -``; no path separator, not starting
+        with a dot), so every file stays inside the scratch folder that :meth:`close` removes.
+        """
+        if not isinstance(name, str) or not _ARRAY_NAME.fullmatch(name):
+            raise bad_value("name", name, "a plain file name of letters, digits, '_', '.', '-' "
+                            "(no path separator, not starting with '.')")
         p = self.dir / f"{name}.f32"
         if p.exists():
             raise FileExistsError(f"name={name!r} already has a file in {self.dir}; refusing to overwrite it")

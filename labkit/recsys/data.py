@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -177,20 +178,28 @@ class JaggedBatch:
                                  lengths=torch.from_numpy(self.lengths))
 
 
+class BadBatch(LabkitError, ValueError):
+    """A batch does not fit the field spec it is used with (fields, ids or dense width); one line, names the field."""
+
+
 def check_ids(specs: Sequence[FieldSpec], batch: JaggedBatch) -> JaggedBatch:
     """Return `batch` with ids checked against each field's cardinality (hashed where the spec says so).
 
-    Raises ValueError naming the field when the batch's fields do not match the specs or an id is
-    out of range for a field that refuses such ids.
+    Raises :class:`BadBatch` (a ValueError) naming the field when the batch's fields do not match
+    the specs or an id is out of range for a field that refuses such ids. One vectorised pass over
+    the ids.
     """
+    if not isinstance(batch, JaggedBatch):
+        raise bad_value("batch", type(batch).__name__, "a JaggedBatch", exc=BadBatch)
     names = [s.name for s in specs]
     if list(batch.keys) != names:
         missing = [n for n in names if n not in batch.keys]
         extra = [k for k in batch.keys if k not in names]
-        what = (f"field {missing[0]!r} is missing from the data" if missing else
+        what = (f"field {missing[0]!r} is missing from the data, which has {extra[0]!r} instead" if missing and extra
+                else f"field {missing[0]!r} is missing from the data" if missing else
                 f"field {extra[0]!r} is not in the field spec" if extra else "fields are in a different order")
-        raise ValueError(f"field spec does not match the data: {what}; spec has {len(names)} fields, "
-                         f"data has {len(batch.keys)}")
+        raise BadBatch(f"field spec does not match the data: {what}; spec has {len(names)} fields, "
+                       f"batch.keys has {len(batch.keys)}")
     b = batch.batch_size
     values = batch.values
     for f, s in enumerate(specs):
@@ -206,8 +215,8 @@ def check_ids(specs: Sequence[FieldSpec], batch: JaggedBatch) -> JaggedBatch:
                 values[lo:hi] = np.where(bad, hash_ids(ids, s.cardinality), ids)
             else:
                 v = int(ids[np.argmax(bad)])
-                raise ValueError(f"field {s.name!r}: id={v} is not accepted; expected 0 <= id < "
-                                 f"{s.cardinality} (set out_of_range='hash' in the field spec to hash it)")
+                raise BadBatch(f"field {s.name!r}: id={v} is not accepted; expected 0 <= id < "
+                               f"{s.cardinality} (set out_of_range='hash' in the field spec to hash it)")
     if values is batch.values:
         return batch
     return JaggedBatch(batch.keys, values, batch.lengths, batch.dense, batch.labels)
@@ -305,6 +314,10 @@ class MalformedRow(LabkitError):
     """A row of a CTR log could not be parsed (the message names the file and line)."""
 
 
+class SkippedRowsWarning(UserWarning):
+    """A reader skipped malformed rows and no :class:`ReadStats` was passed to record them."""
+
+
 @dataclass
 class ReadStats:
     """What a reader saw: rows read, rows skipped and the first few problems with line numbers."""
@@ -355,26 +368,45 @@ def _bad_row(msg: str, on_error: str, stats, bar) -> None:
     stats.add_problem(msg)
 
 
+def _warn_skipped(stats: ReadStats, name: str) -> None:
+    """Warn (once, at the end of a read) that rows were skipped when the caller kept no ReadStats."""
+    if stats.skipped:
+        warnings.warn(f"{name}: skipped {stats.skipped} malformed row(s), the first: {stats.problems[0]}; pass "
+                      "stats=ReadStats() to collect them or on_error='raise' to stop at the first",
+                      SkippedRowsWarning, stacklevel=3)
+
+
 def read_criteo_tsv(path: str | os.PathLike, specs: Sequence[FieldSpec] | None = None, *,
                     batch_size: int = 4096, on_error: str = "skip", progress: bool = True,
                     stats: ReadStats | None = None) -> Iterator[JaggedBatch]:
     """Stream batches from a Criteo-format TSV (label, 13 integer, 26 hex categorical columns).
 
-    Missing integers become 0 and dense features are log(1 + x) transformed; a missing category is
-    an empty bag. Malformed rows are reported with their line numbers and, with
-    ``on_error="skip"``, counted in `stats` and skipped; with ``on_error="raise"`` the first one
-    raises :class:`MalformedRow`.
+    Missing integers become 0 and dense features are log(1 + x) transformed (values <= 0 become 0);
+    a missing category is an empty bag. Malformed rows are reported with their line numbers. With
+    ``on_error="skip"`` (the default: one bad line in a day-long log should not stop training) they
+    are skipped and counted in `stats`; when no `stats` is passed, a :class:`SkippedRowsWarning`
+    with the count and the first bad line is issued once the reader finishes or is closed. With
+    ``on_error="raise"`` the first one raises :class:`MalformedRow`.
     """
     check_choice("on_error", on_error, ("skip", "raise"))
     check_range("batch_size", batch_size, 1, integer=True)
     specs = list(specs) if specs is not None else criteo_field_specs()
     if len(specs) != N_CAT_CRITEO:
         raise bad_value("specs", f"{len(specs)} fields", f"{N_CAT_CRITEO} fields for Criteo's C1..C26")
+    own_stats = stats is None
     stats = stats if stats is not None else ReadStats()
     path = Path(path)
     total = path.stat().st_size
     from tqdm.auto import tqdm
     bar = tqdm(total=total, unit="B", unit_scale=True, desc=path.name, disable=not progress)
+    try:
+        yield from _tsv_batches(path, specs, batch_size, on_error, stats, bar)
+    finally:
+        if own_stats:
+            _warn_skipped(stats, path.name)
+
+
+def _tsv_batches(path: Path, specs, batch_size: int, on_error: str, stats: ReadStats, bar) -> Iterator[JaggedBatch]:
     labels, dense, cats = [], [], []
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
@@ -425,11 +457,14 @@ def read_criteo_parquet(path: str | os.PathLike, specs: Sequence[FieldSpec] | No
 
     Categorical columns may hold integers or hex strings; nulls are missing values. Rows whose
     label is not 0/1 or whose ids do not parse are reported by row number (1-based) and skipped or
-    refused as with :func:`read_criteo_tsv`.
+    refused as with :func:`read_criteo_tsv` (skipped by default; without `stats`, skipped rows are
+    reported in a :class:`SkippedRowsWarning`).
     """
     import pyarrow.parquet as pq
     check_choice("on_error", on_error, ("skip", "raise"))
+    check_range("batch_size", batch_size, 1, integer=True)
     specs = list(specs) if specs is not None else criteo_field_specs()
+    own_stats = stats is None
     stats = stats if stats is not None else ReadStats()
     pf = pq.ParquetFile(str(path))
     names = ["label"] + [f"I{i + 1}" for i in range(N_DENSE_CRITEO)] + [s.name for s in specs]
@@ -439,6 +474,15 @@ def read_criteo_parquet(path: str | os.PathLike, specs: Sequence[FieldSpec] | No
             raise ValueError(f"field spec does not match the data: column {n!r} is missing from {Path(path).name}")
     from tqdm.auto import tqdm
     bar = tqdm(total=pf.metadata.num_rows, unit="rows", desc=Path(path).name, disable=not progress)
+    try:
+        yield from _parquet_batches(pf, Path(path), specs, names, batch_size, on_error, stats, bar)
+    finally:
+        if own_stats:
+            _warn_skipped(stats, Path(path).name)
+
+
+def _parquet_batches(pf, path: Path, specs, names, batch_size: int, on_error: str, stats: ReadStats,
+                     bar) -> Iterator[JaggedBatch]:
     row0 = 0
     for rb in pf.iter_batches(batch_size=batch_size, columns=names):
         cols = rb.to_pydict()
@@ -485,17 +529,53 @@ def read_criteo_parquet(path: str | os.PathLike, specs: Sequence[FieldSpec] | No
     bar.close()
 
 
-def write_criteo_tsv(batches: Iterable[JaggedBatch], path: str | os.PathLike, *, overwrite: bool = False) -> int:
-    """Write single-hot batches as Criteo TSV (dense features written as rounded integers); return rows."""
+def _criteo_dense_ints(k: int, b: JaggedBatch, round_dense: bool) -> np.ndarray:
+    """Check batch `k` can be written as Criteo TSV without losing anything; return its dense ints."""
+    arg = f"batches[{k}]"
+    if b.n_fields != N_CAT_CRITEO:
+        raise bad_value(f"{arg}.n_fields", b.n_fields, f"{N_CAT_CRITEO} (Criteo has C1..C26)")
+    if b.dense.ndim != 2 or b.dense.shape[1] != N_DENSE_CRITEO:
+        raise bad_value(f"{arg}.dense", f"shape {b.dense.shape}", f"shape (B, {N_DENSE_CRITEO}) (Criteo has I1..I13)")
+    lens = b.lengths.reshape(b.n_fields, b.batch_size)
+    if lens.size and lens.max() > 1:
+        f, i = np.unravel_index(int(np.argmax(lens)), lens.shape)
+        raise bad_value(f"{arg}", f"field {b.keys[f]!r} sample {i} with {int(lens[f, i])} ids",
+                        "single-hot batches (Criteo TSV holds one id per field and row; empty bags are fine)")
+    if b.values.size and b.values.min() < 0:
+        f = int(np.searchsorted(b.offsets, int(np.argmin(b.values)), side="right") - 1) // b.batch_size
+        raise bad_value(f"{arg}.values", int(b.values.min()), f"ids >= 0 (field {b.keys[f]!r})")
+    bad = (b.labels != 0) & (b.labels != 1)
+    if bad.any():
+        raise bad_value(f"{arg}.labels", float(b.labels[np.argmax(bad)]), "0 or 1")
+    d = b.dense.astype(np.float64)
+    if not np.isfinite(d).all():
+        raise bad_value(f"{arg}.dense", float(d[~np.isfinite(d)][0]), "finite values")
+    r = np.round(d)
+    if not round_dense and (r != d).any():
+        i, j = np.argwhere(r != d)[0]
+        raise bad_value(f"{arg}.dense[{i}, {j}]", float(d[i, j]),
+                        "integers (Criteo's I1..I13 are counts; pass round_dense=True to round)")
+    return r.astype(np.int64)
+
+
+def write_criteo_tsv(batches: Iterable[JaggedBatch], path: str | os.PathLike, *, overwrite: bool = False,
+                     round_dense: bool = False) -> int:
+    """Write single-hot batches as Criteo TSV (label, I1..I13 integers, C1..C26 hex ids); return rows.
+
+    Nothing is lost silently: a multi-hot bag (Criteo holds one id per field and row), a label
+    other than 0/1, a negative id, a non-finite dense value or, unless ``round_dense=True``, a
+    non-integer one raises ValueError naming the batch and what is accepted, and `path` is left
+    untouched. Negative integers are written as they are (real Criteo's I2 holds some; the readers
+    map dense values <= 0 to 0). An empty bag is written as an empty column (a missing value).
+    """
     from labkit.core.atomic import atomic_open
     n = 0
     with atomic_open(path, "w", overwrite=overwrite) as fh:
-        for b in batches:
-            if b.n_fields != N_CAT_CRITEO:
-                raise bad_value("batch.n_fields", b.n_fields, f"{N_CAT_CRITEO} (Criteo has C1..C26)")
+        for k, b in enumerate(batches):
+            dense = _criteo_dense_ints(k, b, round_dense)
             lens = b.lengths.reshape(b.n_fields, b.batch_size)
             for i in range(b.batch_size):
-                toks = [str(int(b.labels[i]))] + [str(max(0, int(round(float(x))))) for x in b.dense[i, :N_DENSE_CRITEO]]
+                toks = [str(int(b.labels[i]))] + [str(int(x)) for x in dense[i]]
                 for f in range(b.n_fields):
                     if lens[f, i] == 0:
                         toks.append("")

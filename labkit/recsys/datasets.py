@@ -13,6 +13,7 @@ from typing import Iterator
 import numpy as np
 
 from labkit.core.datasets import DatasetWriter, open_dataset, register_dataset
+from labkit.core.errors import check_range
 from labkit.recsys.data import FieldSpec, JaggedBatch, SyntheticCTR, load_field_specs, make_fields
 
 PROFILES = {
@@ -49,13 +50,18 @@ def build_ctr(w: DatasetWriter, p: dict) -> None:
 
 
 def load_batches(profile: str = "ci", *, batch_size: int | None = None) -> tuple[list[FieldSpec], Iterator[JaggedBatch]]:
-    """Return (field specs, iterator of JaggedBatches) over the ``recsys-ctr`` dataset at `profile`."""
+    """Return (field specs, iterator of JaggedBatches) over the ``recsys-ctr`` dataset at `profile`.
+
+    `batch_size` defaults to the stored batch size; any positive size re-slices the stored samples.
+    """
+    if batch_size is not None:
+        check_range("batch_size", batch_size, 1, integer=True)
     ds = open_dataset("recsys-ctr", profile)
     specs = load_field_specs(ds.path("fields"))
     values = ds.array("values")
     lengths = ds.array("lengths")  # [samples, fields]
     dense, labels = ds.array("dense"), ds.array("labels")
-    bsz = batch_size or int(ds.meta["batch"])
+    bsz = int(batch_size) if batch_size is not None else int(ds.meta["batch"])
     n = labels.shape[0]
     ends = np.concatenate([[0], np.cumsum(lengths.sum(1))])  # ids of sample i: stored per stored batch
 

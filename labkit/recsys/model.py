@@ -14,9 +14,9 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from labkit.core.errors import check_choice, check_range
+from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.recsys.cache import CachePlan, SlowTier
-from labkit.recsys.data import N_DENSE_CRITEO, FieldSpec, JaggedBatch, check_ids
+from labkit.recsys.data import N_DENSE_CRITEO, BadBatch, FieldSpec, JaggedBatch, check_ids
 from labkit.recsys.interleave import Interleaver
 from labkit.recsys.models import EMB_OPTIMIZERS, DenseArch, PerFieldEmbeddings, check_hidden, model_tables
 from labkit.recsys.packing import PackedEmbeddings
@@ -44,7 +44,15 @@ class Techniques:
 
 
 class RecModel:
-    """A CTR model (embedding stage + dense network) with PICASSO's techniques switchable."""
+    """A CTR model (embedding stage + dense network) with PICASSO's techniques switchable.
+
+    With ``check=True`` (the default) every batch given to :meth:`train_step`, :meth:`predict` and
+    :meth:`eval_loss` is checked first (:func:`~labkit.recsys.data.check_ids`: field names and
+    order, ids in range or hashed as the spec says, dense width; one vectorised pass) and a
+    mismatch raises :class:`~labkit.recsys.data.BadBatch`. ``check=False`` skips that for data
+    already checked (e.g. by a reader): an out-of-range id then reads or writes outside the packed
+    tables, whose numba kernels do not bounds-check, and can crash the process.
+    """
 
     def __init__(self, kind: str, specs: Sequence[FieldSpec], *, packing: bool = False, interleave: int = 0,
                  cache: float = 0.0, optimizer: str = "sgd", lr: float = 0.05, dense_optimizer: str = "sgd",
@@ -80,20 +88,33 @@ class RecModel:
         self.dense_opt.step()
         self.dense_opt.zero_grad(set_to_none=True)
 
+    def checked(self, batch: JaggedBatch) -> JaggedBatch:
+        """Return `batch` checked against the model (ids hashed where the spec says so); see the class doc."""
+        batch = check_ids(self.specs, batch)
+        if batch.dense.ndim != 2 or batch.dense.shape[1] != self.dense.n_dense:
+            raise bad_value("batch.dense", f"shape {batch.dense.shape}", f"shape (B, {self.dense.n_dense}) "
+                            "(n_dense of the model)", exc=BadBatch)
+        return batch
+
     def predict(self, batch: JaggedBatch) -> torch.Tensor:
         """Return click probabilities ``[B]`` (no training)."""
+        if self.check:
+            batch = self.checked(batch)
         with torch.no_grad():
             emb = self.embeddings.lookup(batch)
             return torch.sigmoid(self.dense(emb, torch.from_numpy(batch.dense)))
 
     def eval_loss(self, batch: JaggedBatch) -> float:
+        """Return the mean BCE loss on `batch` (no training)."""
+        if self.check:
+            batch = self.checked(batch)
         with torch.no_grad():
             return float(self.loss(self.embeddings.lookup(batch), batch))
 
     def train_step(self, batch: JaggedBatch) -> float:
         """Forward, backward and update on `batch`; returns the loss before the update."""
         if self.check:
-            batch = check_ids(self.specs, batch)
+            batch = self.checked(batch)
         if self._interleaver is not None:
             return self._interleaver.step(self, batch)
         emb = self.embeddings.lookup(batch)

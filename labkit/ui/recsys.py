@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+#: One colour per panel of :func:`technique_explorer` (the per-field baseline's bars are grey).
 TECH_COLORS = {"samples/s": "#1f77b4", "ops/step": "#ff7f0e", "hit rate": "#2ca02c"}
+BASELINE_COLOR = "#999999"
 
 
 def technique_explorer(*, fields: tuple[int, int, int] = (8, 200, 26), batch: tuple[int, int, int] = (64, 4096, 512),
@@ -13,10 +15,12 @@ def technique_explorer(*, fields: tuple[int, int, int] = (8, 200, 26), batch: tu
                        kind: str = "wide_deep", seed: int = 0):
     """Return ``(view, fig, state)``: sliders for fields, batch size and cache size (% of rows) and
     toggles for packing, interleaving and caching. Each change builds that model, trains `steps`
-    steps on fresh synthetic batches and shows samples/s, operators per step and the hit rate.
-    ``state.result`` holds the last run's numbers."""
+    steps on fresh synthetic batches and shows three panels, coloured by :data:`TECH_COLORS`:
+    samples/s and operators per step (log scale) of the per-field baseline and this setting, and
+    this setting's cache hit rate (0 with caching off). ``state.result`` holds the last run's numbers."""
     import ipywidgets as W
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
     from labkit.recsys.data import SyntheticCTR, make_fields
     from labkit.recsys.model import RecModel, count_ops
@@ -30,9 +34,16 @@ def technique_explorer(*, fields: tuple[int, int, int] = (8, 200, 26), batch: tu
         "interleave": W.Checkbox(value=False),
         "caching": W.Checkbox(value=False),
     }
-    fig = go.FigureWidget(go.Bar(x=["per-field baseline", "this setting"], y=[0, 0],
-                                 marker_color=["#999999", "#1f77b4"]))
-    fig.update_layout(height=320, yaxis_title="training samples / s", margin=dict(t=60))
+    panels = make_subplots(rows=1, cols=3, subplot_titles=list(TECH_COLORS), horizontal_spacing=0.1)
+    for col, (metric, color) in enumerate(TECH_COLORS.items(), 1):
+        both = metric != "hit rate"  # the baseline has no cache
+        panels.add_bar(x=["per-field baseline", "this setting"] if both else ["this setting"], y=[0, 0] if both else [0],
+                       marker_color=[BASELINE_COLOR, color] if both else [color], name=metric, showlegend=False,
+                       texttemplate="%{y:.3s}" if both else "%{y:.0%}", textposition="auto", row=1, col=col)
+    panels.update_yaxes(type="log", row=1, col=2)
+    panels.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=3)
+    panels.update_layout(height=340, margin=dict(t=80))
+    fig = go.FigureWidget(panels)
 
     def run(model, batches) -> float:
         model.train_step(batches[0])  # warm (first call allocates state)
@@ -63,8 +74,12 @@ def technique_explorer(*, fields: tuple[int, int, int] = (8, 200, 26), batch: tu
             out["ops"] = count_ops(lambda: model.train_step(b0))["ops"]
             out["lookups_per_step"] = int(model.embeddings.n_lookups)
         out["speedup"] = out["samples_s"] / out["baseline_samples_s"]
+        label = model.techniques.label
         fig.data[0].y = [out["baseline_samples_s"], out["samples_s"]]
-        fig.data[0].x = ["per-field baseline", model.techniques.label]
+        fig.data[1].y = [out["baseline_ops"], out["ops"]]
+        fig.data[0].x = fig.data[1].x = ["per-field baseline", label]
+        fig.data[2].y = [out["hit_rate"] or 0.0]
+        fig.data[2].x = [label if frac else f"{label} (no cache)"]
         hr = "" if out["hit_rate"] is None else f", hit rate {out['hit_rate']:.0%}"
         fig.layout.title = (f"{out['speedup']:.2f}x; ops/step {out['baseline_ops']:.0f} -> {out['ops']:.0f}; "
                             f"{out['lookups_per_step']} lookups/step{hr}")

@@ -1,6 +1,7 @@
 """Field specs, jagged batches, the Zipf generator, the Criteo readers and the dataset."""
 
 import json
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -8,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from labkit.recsys.data import (FieldSpec, JaggedBatch, MalformedRow, ReadStats, SyntheticCTR, ZipfSampler,
-                                check_ids, criteo_field_specs, load_field_specs, make_fields, read_criteo_parquet,
+from labkit.recsys.data import (BadBatch, FieldSpec, JaggedBatch, MalformedRow, ReadStats, SkippedRowsWarning,
+                                SyntheticCTR, ZipfSampler, check_ids, criteo_field_specs, load_field_specs, make_fields, read_criteo_parquet,
                                 read_criteo_tsv, save_field_specs, write_criteo_tsv)
 
 
@@ -92,9 +93,9 @@ def _criteo_batches():
 def test_criteo_tsv_round_trip_and_malformed_rows(tmp_path):
     specs, batches = _criteo_batches()
     p = tmp_path / "day_0.tsv"
-    assert write_criteo_tsv(batches, p) == 100
+    assert write_criteo_tsv(batches, p, round_dense=True) == 100
     with pytest.raises(FileExistsError):
-        write_criteo_tsv(batches, p)
+        write_criteo_tsv(batches, p, round_dense=True)
     lines = p.read_text().splitlines()
     lines[4] = "1\tx" + lines[4][3:]  # bad integer column on line 5
     lines[9] = "\t".join(lines[9].split("\t")[:20])  # too few columns on line 10
@@ -158,3 +159,91 @@ def test_dataset_builds_and_streams_back(tmp_path, monkeypatch):
     re = list(it2)
     assert sum(r.batch_size for r in re) == p["batch"] * p["batches"]
     assert np.array_equal(re[1].field_ids(5)[0], np.concatenate([got[0].field_ids(5)[0][300:], got[1].field_ids(5)[0][:88]]))
+
+
+def _criteo_batch(dense, lengths=None, values=None, labels=(1.0, 0.0)):
+    b = len(labels)
+    lengths = np.ones(26 * b, np.int64) if lengths is None else np.asarray(lengths)
+    values = np.arange(int(lengths.sum())) % 7 if values is None else np.asarray(values)
+    return JaggedBatch([f"C{i + 1}" for i in range(26)], values, lengths, np.asarray(dense, np.float32),
+                       np.asarray(labels, np.float32))
+
+
+def test_criteo_tsv_writer_keeps_negative_integers_and_refuses_lossy_batches(tmp_path):
+    dense = np.tile(np.arange(13, dtype=np.float32) - 3, (2, 1))  # -3..9: negative counts, as in Criteo's I2
+    lengths = np.ones(52, np.int64)
+    lengths[3] = 0  # field C2, sample 1: a missing value
+    p = tmp_path / "ok.tsv"
+    assert write_criteo_tsv([_criteo_batch(dense, lengths)], p) == 2
+    rows = [line.split("\t") for line in p.read_text().splitlines()]
+    assert rows[0][1:14] == [str(v) for v in range(-3, 10)]  # written as they are, not clipped to 0
+    assert rows[1][15] == ""  # the empty bag stays a missing value
+    multi = lengths.copy()
+    multi[4] = 2  # field C3, sample 0 holds two ids
+    bad = {
+        "multi-hot": (_criteo_batch(dense, multi), r"batches\[1\]=\"field 'C3' sample 0 with 2 ids\".*single-hot"),
+        "fraction": (_criteo_batch(dense + 0.25), r"batches\[1\]\.dense\[0, 0\]=-2.75 .*round_dense=True"),
+        "nan": (_criteo_batch(np.where(dense == 0, np.nan, dense)), r"dense=nan .*finite"),
+        "label": (_criteo_batch(dense, labels=(0.5, 1.0)), r"labels=0.5 .*0 or 1"),
+        "negative id": (_criteo_batch(dense, values=-np.arange(52) - 1), r"values=-52 .*ids >= 0"),
+        "dense width": (_criteo_batch(dense[:, :5]), r"dense='shape \(2, 5\)'"),
+    }
+    for what, (batch, msg) in bad.items():
+        out = tmp_path / f"{what}.tsv"
+        with pytest.raises(ValueError, match=msg):
+            write_criteo_tsv([_criteo_batch(dense), batch], out)  # the error names batch 1's problem
+        assert not out.exists() and not list(tmp_path.glob(f".{what}.tsv.*")), what  # nothing half-written
+    # Rounding is an explicit choice, and then the rounded values are what is written.
+    assert write_criteo_tsv([_criteo_batch(dense + 0.25)], tmp_path / "r.tsv", round_dense=True) == 2
+    assert (tmp_path / "r.tsv").read_text().split("\t")[1:4] == ["-3", "-2", "-1"]
+
+
+def test_readers_warn_about_skipped_rows_without_stats(tmp_path):
+    good = "\t".join(["1"] + ["3"] * 13 + ["a"] * 26)
+    p = tmp_path / "d.tsv"
+    p.write_text("\n".join([good, "2" + good[1:], good, "x"]) + "\n")  # lines 2 and 4 are bad
+    with pytest.warns(SkippedRowsWarning, match=r"d.tsv: skipped 2 malformed row\(s\), the first: d.tsv line 2: "
+                      r"label='2'"):
+        got = list(read_criteo_tsv(p, progress=False))
+    assert sum(g.batch_size for g in got) == 2
+    stats = ReadStats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # with stats the caller has the record: no warning
+        list(read_criteo_tsv(p, progress=False, stats=stats))
+        clean = tmp_path / "clean.tsv"
+        clean.write_text(good + "\n")
+        assert len(list(read_criteo_tsv(clean, progress=False))) == 1
+    assert stats.skipped == 2
+    it = read_criteo_tsv(p, batch_size=1, progress=False)
+    next(it)
+    with pytest.warns(SkippedRowsWarning, match="skipped 1"):  # stopped early: what was skipped so far
+        next(it)
+        it.close()
+    cols = {"label": [1, 5, 0]}
+    cols.update({f"I{i + 1}": [1, 1, 1] for i in range(13)})
+    cols.update({f"C{i + 1}": ["a", "b", "c"] for i in range(26)})
+    pq.write_table(pa.table(cols), tmp_path / "d.parquet")
+    with pytest.warns(SkippedRowsWarning, match="skipped 1 malformed row.*d.parquet row 2"):
+        got = list(read_criteo_parquet(tmp_path / "d.parquet", progress=False))
+    assert got[0].batch_size == 2
+    with pytest.raises(ValueError, match="batch_size=0"):
+        list(read_criteo_parquet(tmp_path / "d.parquet", batch_size=0, progress=False))
+
+
+def test_check_ids_raises_named_one_line_errors():
+    specs = [FieldSpec("C1", 10), FieldSpec("C2", 10)]
+    short = JaggedBatch(["C1"], np.array([1, 2]), np.ones(2, np.int64), np.zeros((2, 13)), np.zeros(2))
+    with pytest.raises(BadBatch, match="field 'C2' is missing from the data") as e:
+        check_ids(specs, short)
+    assert "\n" not in str(e.value) and isinstance(e.value, ValueError)
+    with pytest.raises(BadBatch, match="batch='dict' is not accepted; expected a JaggedBatch"):
+        check_ids(specs, {"C1": [1]})
+
+
+@pytest.mark.parametrize("bad", [0, -5, 2.5, "64"])
+def test_load_batches_refuses_bad_batch_size(tmp_path, monkeypatch, bad):
+    monkeypatch.setenv("LABKIT_DATA", str(tmp_path))
+    from labkit.recsys.datasets import load_batches
+    with pytest.raises(ValueError, match=f"batch_size={bad!r} is not accepted; expected an integer in \\[1, inf\\]"):
+        load_batches("ci", batch_size=bad)
+    assert not list(tmp_path.iterdir())  # refused before the dataset is built

@@ -4,9 +4,10 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 
 from labkit.recsys.cache import CachePlan
-from labkit.recsys.data import FieldSpec, JaggedBatch, SyntheticCTR, make_fields
+from labkit.recsys.data import BadBatch, FieldSpec, JaggedBatch, SyntheticCTR, check_ids, make_fields
 from labkit.recsys.model import RecModel, Techniques, count_ops
 
 
@@ -86,3 +87,41 @@ def test_cache_plan_prefers_hot_rows_across_tables():
     assert CachePlan.from_counts(counts, 6).capacity == 4  # rows never seen are not cached
     with pytest.raises(ValueError, match="capacity=7"):
         CachePlan.from_counts(counts, 7)
+
+
+@pytest.mark.parametrize("packing", [False, True])
+def test_predict_and_eval_loss_check_batches_like_train_step(packing):
+    specs = make_fields(3, cardinality=50, dims=8)
+    gen = SyntheticCTR(specs, seed=1)
+    ok = gen.batch(8, 0)
+    far = gen.batch(8, 1)
+    far.values[5] = 10**6  # packed kernels would read outside the table (a segfault, not an error)
+    short = JaggedBatch(["C1", "C2"], ok.values[:16], ok.lengths[:16], ok.dense, ok.labels)
+    renamed = JaggedBatch(["C1", "C2", "X"], ok.values, ok.lengths, ok.dense, ok.labels)
+    narrow = JaggedBatch(ok.keys, ok.values, ok.lengths, ok.dense[:, :4], ok.labels)
+    with RecModel("dlrm", specs, packing=packing) as m:
+        for call in (m.predict, m.eval_loss, m.train_step):
+            for batch, msg in ((far, "field 'C1': id=1000000 is not accepted; expected 0 <= id < 50"),
+                               (short, "field spec does not match the data: field 'C3' is missing"),
+                               (renamed, "field 'C3' is missing from the data, which has 'X' instead"),
+                               (narrow, r"batch.dense='shape \(8, 4\)' is not accepted; expected shape \(B, 13\)")):
+                with pytest.raises(BadBatch, match=msg) as e:
+                    call(batch)
+                assert "\n" not in str(e.value), call.__name__
+        p = m.predict(ok)
+        assert p.shape == (8,) and bool(((p > 0) & (p < 1)).all())
+        assert np.isfinite(m.eval_loss(ok))
+
+
+def test_predict_hashes_ids_where_the_spec_says_so_and_check_false_skips_checks():
+    specs = [FieldSpec("C1", 20, 4, out_of_range="hash"), FieldSpec("C2", 20, 4)]
+    b = JaggedBatch(["C1", "C2"], np.array([3, 999, 1, 2]), np.ones(4, np.int64), np.zeros((2, 13)), np.zeros(2))
+    with RecModel("wide_deep", specs, packing=True) as m, \
+            RecModel("wide_deep", specs, packing=True, check=False) as trusted:
+        hashed = check_ids(specs, b)
+        assert hashed.values[1] < 20
+        assert torch.equal(m.predict(b), m.predict(hashed))
+        assert m.eval_loss(b) == m.eval_loss(hashed)
+        # check=False: the caller vouches for the data; names are not compared (documented opt-out)
+        renamed = JaggedBatch(["A", "B"], hashed.values, hashed.lengths, hashed.dense, hashed.labels)
+        assert torch.equal(trusted.predict(renamed), m.predict(hashed))

@@ -124,3 +124,17 @@ def test_lookup_never_overwrites_an_output_still_held():
     ptr = second.data_ptr()
     del second
     assert packed.lookup(b1).data_ptr() == ptr  # a buffer nobody holds is reused
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", "/abs", ".hidden", "..", "", "a\\b", "x\n", 3])
+def test_slow_tier_refuses_names_that_are_not_plain_file_names(tmp_path, name):
+    from labkit.recsys.cache import SlowTier
+    tier = SlowTier.create(tmp_path / "scratch")
+    with pytest.raises(ValueError, match=r"name=.* is not accepted; expected a plain file name"):
+        tier.array(name, (2, 2))
+    assert list(tmp_path.iterdir()) == [tmp_path / "scratch"]  # nothing written beside the scratch folder
+    assert not list(tier.dir.iterdir()) and tier.files == []
+    ok = tier.array("group0_weights.v-1", np.ones((2, 2), np.float32))
+    assert ok.sum() == 4 and tier.files[0].parent == tier.dir
+    tier.close()
+    assert not tier.dir.exists()
