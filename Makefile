@@ -33,7 +33,7 @@ test-fast: install  ## unit tests only (no notebooks, browser or slow tests)
 	$(BIN)/python -m pytest -m "not notebook and not browser and not slow" $(PYTEST_ARGS)
 
 strip: install  ## remove outputs from every notebook before committing
-	$(BIN)/nbstripout notebooks/*.ipynb
+	$(BIN)/nbstripout --keep-id notebooks/*.ipynb
 
 reproduce: install  ## every system's bench at the small profile, claims table into BENCHMARKS.md
 	$(BIN)/labkit reproduce --profile small --record

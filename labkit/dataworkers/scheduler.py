@@ -14,7 +14,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from labkit.core.errors import check_range
+import numpy as np
+
+from labkit.core.errors import bad_value, check_range
 
 
 @dataclass
@@ -23,7 +25,8 @@ class JobDemand:
 
     `worker_rate`: batches per second one data-worker CPU produces; `gpu_rate`: batches per
     second the job's accelerators consume when never starved. Progress is measured in busy
-    GPUs: ``gpus * min(1, c * worker_rate / gpu_rate)``.
+    GPUs: ``gpus * min(1, c * worker_rate / gpu_rate)``. `gpus` is an integer >= 1, `min_cpus` one
+    >= 0, the rates finite numbers >= 0; anything else raises ValueError naming the field.
     """
 
     name: Any
@@ -31,6 +34,15 @@ class JobDemand:
     worker_rate: float
     gpu_rate: float
     min_cpus: int = 1
+
+    def __post_init__(self) -> None:
+        for f, lo in (("gpus", 1), ("min_cpus", 0)):
+            v = getattr(self, f)
+            setattr(self, f, int(check_range(f, int(v) if isinstance(v, np.integer) else v, lo, integer=True)))
+        for f in ("worker_rate", "gpu_rate"):
+            v = getattr(self, f)
+            setattr(self, f, float(check_range(f, float(v) if isinstance(v, np.floating) else v, 0,
+                                               float("inf"), hi_open=True)))
 
     def progress(self, cpus: float) -> float:
         """Busy GPUs this job keeps with `cpus` data-worker CPUs."""
@@ -49,7 +61,13 @@ def allocate(jobs: Sequence[JobDemand], cpus: int) -> dict[Any, int]:
     CPUs that would add no progress anywhere stay unallocated (they are free for other work).
     """
     check_range("cpus", cpus, 0, integer=True)
-    out = {j.name: 0 for j in jobs}
+    out: dict[Any, int] = {}
+    for i, j in enumerate(jobs):
+        if not isinstance(j, JobDemand):
+            raise bad_value(f"jobs[{i}]", j, "a JobDemand")
+        if j.name in out:
+            raise bad_value(f"jobs[{i}].name", j.name, "a name no other job in `jobs` has")
+        out[j.name] = 0
     left = int(cpus)
     for j in sorted(jobs, key=lambda j: -j.gpus):
         give = min(j.min_cpus, left)

@@ -20,12 +20,11 @@ A job's speed is min(1, CPUs it gets / CPUs it demands); its GPUs are "utilised"
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from labkit.core.errors import check_choice, check_range
+from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.dataworkers.scheduler import JobDemand, allocate
 
 FAMILIES = {"image": (0.45, 24.0), "ctr": (0.30, 12.0), "nlp": (0.25, 3.0)}
@@ -34,13 +33,28 @@ GPU_SIZES = ((1, 0.45), (2, 0.25), (4, 0.20), (8, 0.10))
 
 @dataclass(frozen=True)
 class Cluster:
-    """GPU servers (each with `gpus_per_server` GPUs and `cpus_per_server` vCPUs) plus CPU-only servers."""
+    """GPU servers (each with `gpus_per_server` GPUs and `cpus_per_server` vCPUs) plus CPU-only servers.
+
+    Sizes are integers: at least one GPU server with one GPU, at least one vCPU per GPU, and any
+    number (>= 0) of CPU-only servers; anything else raises ValueError naming the field.
+    """
 
     gpu_servers: int = 8
     gpus_per_server: int = 8
     cpus_per_server: int = 64
     cpu_servers: int = 4
     cpus_per_cpu_server: int = 96
+
+    def __post_init__(self) -> None:
+        for f in ("gpu_servers", "gpus_per_server"):
+            check_range(f, getattr(self, f), 1, integer=True)
+        # At least one vCPU per GPU, or a static job would never make progress.
+        check_range("cpus_per_server", self.cpus_per_server, 0, integer=True)
+        if self.cpus_per_server < self.gpus_per_server:
+            raise bad_value("cpus_per_server", self.cpus_per_server,
+                            f"an integer >= gpus_per_server={self.gpus_per_server} (one vCPU per GPU at least)")
+        for f in ("cpu_servers", "cpus_per_cpu_server"):
+            check_range(f, getattr(self, f), 0, integer=True)
 
     @property
     def gpus(self) -> int:
@@ -117,6 +131,9 @@ class SimResult:
 def simulate(trace: list[TraceJob], policy: str, cluster: Cluster = Cluster()) -> SimResult:
     """Replay `trace` under policy 'static' or 'elastic' and return the measured SimResult."""
     check_choice("policy", policy, ("static", "elastic"))
+    if not isinstance(trace, (list, tuple)) or not trace:
+        raise bad_value("trace", trace if not isinstance(trace, (list, tuple)) else list(trace),
+                        "a non-empty list of TraceJob (see synthetic_trace)")
     if any(j.gpus > cluster.gpus for j in trace):
         raise ValueError(f"trace has a job with more than the cluster's {cluster.gpus} GPUs; expected jobs that fit")
     pending = sorted(trace, key=lambda j: j.arrival)

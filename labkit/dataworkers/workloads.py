@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, default_collate
 
-from labkit.core.errors import check_range
+from labkit.core.errors import bad_value, check_range
 
 
 @dataclass
@@ -48,7 +48,18 @@ class Program:
         return [perm[b * self.batch_size:(b + 1) * self.batch_size].tolist() for b in range(count)]
 
     def load(self, keys: list[int]) -> Any:
-        """Return the collated batch for `keys`, exactly as the monolithic program builds it."""
+        """Return the collated batch for `keys`, exactly as the monolithic program builds it.
+
+        `keys` are sample keys as :meth:`batches` makes them: integers >= 0 (key // len(dataset)
+        is the epoch, key % len(dataset) the sample).
+        """
+        if not isinstance(keys, (list, tuple, np.ndarray)):
+            raise bad_value("keys", type(keys).__name__, "a non-empty list of integer sample keys >= 0")
+        if len(keys) == 0:
+            raise bad_value("keys", keys, "a non-empty list of integer sample keys >= 0")
+        for i, k in enumerate(keys):
+            if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 0:
+                raise bad_value(f"keys[{i}]", k, "an integer sample key >= 0 (see Program.batches)")
         return self.collate_fn([self.dataset[k] for k in keys])
 
 

@@ -20,7 +20,7 @@ import torch
 
 from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.spmm.baselines import DenseTorch, TiledCSLMatmul
-from labkit.spmm.prune import check_sparsity, random_sparse
+from labkit.spmm.prune import check_seed, check_sparsity, random_sparse
 
 LINEAR_KINDS = ("dense", "sparse")
 LINEARS = ("q", "k", "v", "out", "fc1", "fc2")
@@ -44,9 +44,25 @@ class DecoderConfig:
             raise bad_value("n_heads", self.n_heads, f"a divisor of d_model={self.d_model}")
 
 
+def check_token_ids(prompt: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Return `prompt` if it is an integer tensor of token ids in [0, vocab), else raise ValueError.
+
+    (A negative id would silently index the embedding from the end; one >= vocab would fail deep
+    inside torch.) The check is one vectorised pass over the prompt.
+    """
+    if prompt.dtype.is_floating_point or prompt.dtype.is_complex or prompt.dtype == torch.bool:
+        raise bad_value("prompt.dtype", prompt.dtype, "an integer dtype (token ids), e.g. torch.long")
+    bad = ((prompt < 0) | (prompt >= vocab)).nonzero()
+    if len(bad):
+        idx = tuple(int(i) for i in bad[0])
+        raise bad_value(f"prompt[{idx[0]}, {idx[1]}]", int(prompt[idx]), f"a token id in [0, {vocab})")
+    return prompt
+
+
 def random_weights(cfg: DecoderConfig, sparsity: float, *, seed: int = 0) -> dict:
     """Return seeded decoder weights; the six linear layers of every block pruned to `sparsity`."""
     check_sparsity(sparsity)
+    seed = check_seed(seed)
     g = torch.Generator().manual_seed(seed)
     d, f = cfg.d_model, cfg.ffn_dim
     shapes = {"q": (d, d), "k": (d, d), "v": (d, d), "out": (d, d), "fc1": (f, d), "fc2": (d, f)}
@@ -126,6 +142,7 @@ class Decoder:
             raise bad_value("prompt", getattr(prompt, "shape", prompt), "a (batch, length>=1) tensor of token ids")
         check_range("batch", prompt.shape[0], 1, 64, integer=True)
         check_range("new_tokens", new_tokens, 1, self.cfg.max_len - prompt.shape[1], integer=True)
+        check_token_ids(prompt, self.cfg.vocab)
         out = [prompt[:, i] for i in range(prompt.shape[1])]
         cache = self.new_cache(prompt.shape[0])
         logits = None

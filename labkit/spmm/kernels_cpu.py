@@ -28,7 +28,7 @@ from llvmlite import ir
 from numba import literally, njit, prange, types
 from numba.extending import intrinsic
 
-from labkit.core.errors import bad_value, check_choice
+from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.spmm.tiled_csl import TiledCSL
 
 KERNELS = ("auto", "sparse", "dense_tile")
@@ -325,6 +325,7 @@ def _run(kind: str, nb: int, w: TiledCSL, xk: np.ndarray, out: np.ndarray) -> No
 
 def bucket(n: int) -> int:
     """Return the compiled column count used for N columns: 1, or 8/16/32/64 (8-float groups)."""
+    check_range("n", n, 1, MAX_N, integer=True)
     return next(b for b in _BUCKETS if b >= n)
 
 

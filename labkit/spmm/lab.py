@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from labkit.core.bench import Bench, Comparison
-from labkit.core.errors import check_range
+from labkit.core.errors import bad_value, check_range
 from labkit.spmm.baselines import DenseTorch, TiledCSLMatmul
 from labkit.spmm.prune import check_sparsity, random_sparse
 from labkit.spmm.tiled_csl import TiledCSL, byte_bound_speedup, encode
@@ -24,7 +24,7 @@ def machine_roofline(mib: int = 256, repeats: int = 3) -> dict:
     check_range("mib", mib, 16, 8192, integer=True)
     a = torch.ones(mib * 2**20 // 4, dtype=torch.float32)
     a.sum()
-    t = min(_timed(lambda: a.sum()) for _ in range(repeats))
+    t = min(_timed(a.sum) for _ in range(repeats))
     bw = a.numel() * 4 / t
     del a
     out = {"bandwidth_GBps": bw / 1e9}
@@ -64,6 +64,33 @@ def compare_once(weight: torch.Tensor, enc: TiledCSL, n: int, *, repeats: int = 
     b = Bench("spmm", "ci", progress=False)
     return b.compare(f"{weight.shape[0]}x{k} N={n}", {name: (lambda op=op: op(x)) for name, op in ops.items()},
                      repeats=repeats, warmup=1, work=2.0 * weight.numel() * n, work_unit="dense flop")
+
+
+def roofline_points(weight: torch.Tensor, enc: TiledCSL, ns: tuple[int, ...] = (1, 4, 16), *,
+                    repeats: int = 3, kernels: tuple[str, ...] = ("sparse", "dense_tile")) -> list[dict]:
+    """Return where dense bf16 and the Tiled-CSL kernels land on this machine's roofline, per N.
+
+    One dict per (kernel, N) with ``intensity`` (FLOP per weight byte read), ``GFLOPs`` (FLOP per
+    second at the median time of :func:`compare_once`) and ``ms``. Dense bf16 does 2MKN FLOPs
+    over its 2MK bytes (intensity N); the Tiled-CSL kernels are credited with the 2·nnz·N FLOPs
+    that touch a non-zero over ``enc.nbytes`` (4 bytes per non-zero, intensity ~N/2), so the
+    dense-tile kernel's extra multiplications by zero do not count. Activation and output bytes are
+    left out: for skinny N they are small next to the weights.
+    """
+    if not isinstance(ns, (tuple, list)) or not ns:
+        raise bad_value("ns", ns, "a non-empty tuple of column counts N in [1, 64]")
+    m, k = weight.shape
+    flops_per_n = {"dense_bf16": 2.0 * m * k, "tiled_csl": 2.0 * enc.nnz}
+    nbytes = {"dense_bf16": 2.0 * m * k, "tiled_csl": float(enc.nbytes)}
+    out = []
+    for n in ns:
+        c = compare_once(weight, enc, n, repeats=repeats, kernels=kernels)
+        for name in c.names:
+            kind = "dense_bf16" if name == "dense_bf16" else "tiled_csl"
+            flops = flops_per_n[kind] * n
+            out.append({"kernel": name, "n": int(n), "intensity": flops / nbytes[kind],
+                        "GFLOPs": flops / c.median(name) / 1e9, "ms": c.median(name) * 1e3})
+    return out
 
 
 def summary(c: Comparison, enc: TiledCSL, sparsity: float) -> dict:

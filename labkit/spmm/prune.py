@@ -16,6 +16,23 @@ def check_sparsity(sparsity: float) -> float:
     return float(check_range("sparsity", sparsity, 0.0, 1.0, hi_open=True))
 
 
+def check_seed(seed: int) -> int:
+    """Return `seed` as an int if it is an integer in [0, 2**64), else raise ValueError."""
+    if isinstance(seed, np.integer):
+        seed = int(seed)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+        raise bad_value("seed", seed, "an integer in [0, 2**64)")
+    return seed
+
+
+def check_shape(shape: tuple[int, int]) -> tuple[int, int]:
+    """Return `shape` as (M, K) ints if it is a pair of integers >= 1, else raise ValueError."""
+    if (not isinstance(shape, (tuple, list)) or len(shape) != 2
+            or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1 for v in shape)):
+        raise bad_value("shape", shape, "(M, K) with integers M, K >= 1")
+    return int(shape[0]), int(shape[1])
+
+
 def magnitude_prune(weight: torch.Tensor, sparsity: float, *, granularity: str = "matrix") -> torch.Tensor:
     """Return a copy of `weight` with the smallest-|w| fraction `sparsity` set to zero.
 
@@ -45,7 +62,8 @@ def magnitude_prune(weight: torch.Tensor, sparsity: float, *, granularity: str =
 def random_mask(shape: tuple[int, int], sparsity: float, *, seed: int = 0) -> torch.Tensor:
     """Return a seeded boolean keep-mask of `shape` where each entry is kept with prob 1 - sparsity."""
     check_sparsity(sparsity)
-    rng = np.random.default_rng(seed)
+    shape = check_shape(shape)
+    rng = np.random.default_rng(check_seed(seed))
     return torch.from_numpy(rng.random(shape, dtype=np.float32) >= sparsity)
 
 
@@ -61,10 +79,8 @@ def random_sparse(shape: tuple[int, int], sparsity: float, *, seed: int = 0,
     check_sparsity(sparsity)
     if dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise bad_value("dtype", dtype, "torch.bfloat16, torch.float16 or torch.float32")
-    if (not isinstance(shape, (tuple, list)) or len(shape) != 2
-            or not all(isinstance(v, (int, np.integer)) and v >= 1 for v in shape)):
-        raise bad_value("shape", shape, "(M, K) with integers M, K >= 1")
-    m, k = int(shape[0]), int(shape[1])
+    m, k = check_shape(shape)
+    seed = check_seed(seed)
     scale = 1.0 / np.sqrt(k) if scale is None else float(scale)
     if dtype == torch.bfloat16:
         bits = np.empty((m, k), np.uint16)

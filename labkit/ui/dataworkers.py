@@ -47,7 +47,8 @@ def control_panel(pool: Any, autoscaler: Any | None = None, *, max_cpus: int = 8
 
     The slider caps the workers (through the autoscaler when there is one); the button SIGKILLs
     the worker holding the most batches. ``state.result`` is the list of actions taken;
-    ``view.children[0].children[-1]`` is the button (tests call ``.click()``).
+    ``state.controls["CPU budget"]`` is the slider and ``state.buttons["kill"]`` the button
+    (notebooks and tests call ``.click()`` on it).
     """
     import ipywidgets as W
     import plotly.graph_objects as go
@@ -84,7 +85,47 @@ def control_panel(pool: Any, autoscaler: Any | None = None, *, max_cpus: int = 8
 
     button.on_click(kill)
     view.children[0].children = tuple(view.children[0].children) + (button,)
+    # Not in state.controls: those are the value widgets a refresh re-reads.
+    state.buttons = {"kill": button}
     return view, fig, state
+
+
+def simulator_explorer(n_jobs: int = 120, *, load: float = 0.4, cpu_servers: int = 4,
+                       seed: int = 0) -> tuple[Any, Any, Any]:
+    """Return ``(view, fig, state)``: offered-load and CPU-only-server sliders re-running the simulator.
+
+    Each move replays one :func:`labkit.dataworkers.simulator.compare` trace of `n_jobs` jobs on
+    the default 64-GPU cluster with that many CPU-only servers; the bars show average JCT (hours)
+    and GPU utilisation for static vs elastic, and ``state.result`` is compare's dict (what
+    :func:`simulator_plots` draws).
+    """
+    import ipywidgets as W
+    import plotly.graph_objects as go
+
+    from labkit.core.errors import check_range
+    from labkit.dataworkers import simulator
+    from labkit.ui import slider_plot
+
+    check_range("n_jobs", n_jobs, 1, integer=True)
+    check_range("load", load, 0.2, 0.8)
+    check_range("cpu_servers", cpu_servers, 0, 8, integer=True)
+
+    def redraw(fig: Any, v: dict) -> dict:
+        r = simulator.compare(n_jobs, cluster=simulator.Cluster(cpu_servers=int(v["CPU servers"])),
+                              load=float(v["load"]), seed=seed)
+        fig.data[0].y = [r["static"].avg_jct / 3600, r["elastic"].avg_jct / 3600]
+        fig.data[1].y = [r["static"].gpu_util, r["elastic"].gpu_util]
+        fig.layout.title = (f"JCT {r['jct_improvement']:.2f}x better, "
+                            f"GPU utilisation {r['gpu_util_improvement']:.2f}x higher")
+        return r
+
+    fig = go.FigureWidget([go.Bar(x=["static", "elastic"], y=[0, 0], name="avg JCT (h)"),
+                           go.Bar(x=["static", "elastic"], y=[0, 0], name="GPU utilisation", yaxis="y2")])
+    fig.update_layout(barmode="group", height=320, yaxis={"title": "average JCT (h)"},
+                      yaxis2={"title": "GPU utilisation", "overlaying": "y", "side": "right", "range": [0, 1.05]})
+    controls = {"load": W.FloatSlider(value=load, min=0.2, max=0.8, step=0.1),
+                "CPU servers": W.IntSlider(value=cpu_servers, min=0, max=8)}
+    return slider_plot(controls, redraw, fig, title=f"Simulated 64-GPU cluster, {n_jobs} jobs")
 
 
 def simulator_plots(result: dict) -> Any:

@@ -1,11 +1,79 @@
-"""Flash-LLM widgets: sparsity and N sliders driving live SpMM timings, a tile picture."""
+"""Flash-LLM widgets: the machine's roofline, sparsity and N sliders driving live SpMM timings, a tile picture."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from labkit.core.errors import bad_value
 from labkit.spmm import lab
 from labkit.spmm.tiled_csl import TiledCSL
+
+
+_ROOF_KEYS = ("bandwidth_GBps", "gemm_bf16_GFLOPs")
+_POINT_KEYS = ("kernel", "n", "intensity", "GFLOPs")
+_KERNEL_STYLE = {"dense_bf16": ("#264653", "circle"), "tiled_csl_sparse": ("#2a9d8f", "diamond"),
+                 "tiled_csl_dense_tile": ("#e76f51", "square")}
+
+
+def _positive(v) -> bool:
+    return (isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+            and math.isfinite(v) and v > 0)
+
+
+def roofline_figure(roof: dict, points: list[dict] | None = None):
+    """Return a log-log plotly figure: attainable GFLOP/s vs arithmetic intensity (FLOP/byte).
+
+    `roof` is :func:`labkit.spmm.lab.machine_roofline`'s dict: the memory slope is its measured
+    ``bandwidth_GBps`` (attainable = bandwidth x intensity), the roof its measured bf16 GEMM rate
+    (the fp32 rate, when present, is a dotted second roof), and the ridge point, where the two
+    meet, is marked. `points` (optional, :func:`labkit.spmm.lab.roofline_points`) places each
+    measured kernel at each N, labelled with its N.
+    """
+    import plotly.graph_objects as go
+
+    if not isinstance(roof, dict) or not all(_positive(roof.get(k)) for k in _ROOF_KEYS):
+        raise bad_value("roof", roof if not isinstance(roof, dict) else {k: roof.get(k) for k in _ROOF_KEYS},
+                        "machine_roofline()'s dict with positive finite 'bandwidth_GBps' and 'gemm_bf16_GFLOPs'")
+    points = list(points or [])
+    for i, p in enumerate(points):
+        if (not isinstance(p, dict) or any(k not in p for k in _POINT_KEYS)
+                or not _positive(p["intensity"]) or not _positive(p["GFLOPs"])):
+            raise bad_value(f"points[{i}]", p, "a dict with 'kernel', 'n' and positive 'intensity' and "
+                                               "'GFLOPs' (labkit.spmm.lab.roofline_points)")
+    bw, peak = float(roof["bandwidth_GBps"]), float(roof["gemm_bf16_GFLOPs"])
+    ridge = peak / bw
+    xs = [p["intensity"] for p in points] + [ridge]
+    lo = 10 ** math.floor(math.log10(min(0.25, min(xs) / 2)))
+    hi = 10 ** math.ceil(math.log10(max(xs) * 4))
+
+    fig = go.Figure()
+    fig.add_scatter(x=[lo, ridge], y=[bw * lo, peak], mode="lines", name=f"memory: {bw:.1f} GB/s",
+                    line={"color": "#1d3557", "width": 3})
+    fig.add_scatter(x=[ridge, hi], y=[peak, peak], mode="lines", name=f"bf16 GEMM roof: {peak:.0f} GFLOP/s",
+                    line={"color": "#e63946", "width": 3})
+    fp32 = roof.get("gemm_fp32_GFLOPs")
+    if _positive(fp32):
+        fig.add_scatter(x=[fp32 / bw, hi], y=[fp32, fp32], mode="lines", name=f"fp32 GEMM roof: {fp32:.0f} GFLOP/s",
+                        line={"color": "#e63946", "width": 1, "dash": "dot"})
+    fig.add_scatter(x=[ridge], y=[peak], mode="markers+text", name=f"ridge point: {ridge:.1f} FLOP/byte",
+                    text=[f"ridge {ridge:.1f} FLOP/B"], textposition="top left",
+                    marker={"size": 12, "color": "black", "symbol": "x"})
+    fig.add_vline(x=ridge, line_dash="dot", line_color="#999")
+    for kernel in dict.fromkeys(p["kernel"] for p in points):
+        sel = [p for p in points if p["kernel"] == kernel]
+        color, symbol = _KERNEL_STYLE.get(kernel, (None, "circle"))
+        fig.add_scatter(x=[p["intensity"] for p in sel], y=[p["GFLOPs"] for p in sel], mode="markers+text",
+                        name=kernel, text=[f"N={p['n']}" for p in sel], textposition="bottom right",
+                        marker={"size": 10, "color": color, "symbol": symbol},
+                        hovertext=[f"{kernel}, N={p['n']}: {p['GFLOPs']:.2f} GFLOP/s at {p['intensity']:.2f} FLOP/B"
+                                   for p in sel], hoverinfo="text")
+    fig.update_xaxes(type="log", title_text="arithmetic intensity (FLOP per byte of weights)")
+    fig.update_yaxes(type="log", title_text="attainable GFLOP/s")
+    fig.update_layout(height=420, title=f"This machine's roofline: memory-bound below {ridge:.1f} FLOP/byte "
+                                        f"({roof.get('threads', '?')} threads)")
+    return fig
 
 
 def sparsity_explorer(shape: tuple[int, int], n: int = 1, repeats: int = 3, seed: int = 0):
@@ -81,7 +149,6 @@ def n_explorer(shape: tuple[int, int], sparsity: float = 0.8, max_log2_n: int = 
 def tile_picture(enc: TiledCSL, tile_row: int = 0, tile_col: int = 0, max_cols: int = 256):
     """Return a plotly figure: one tile's non-zero pattern (first `max_cols` columns) and the
     histogram of non-zeros per tile over the whole matrix."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     t = enc.tile_dense(tile_row, tile_col)[:, :max_cols]

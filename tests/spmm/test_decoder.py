@@ -43,3 +43,22 @@ def test_bad_generate_input(models):
         sparse.generate(torch.tensor([1, 2]), 2)
     with pytest.raises(ValueError, match="linear='gpu'"):
         Decoder(random_weights(DecoderConfig(d_model=8, n_heads=2, ffn_dim=8, n_layers=1), 0.5), linear="gpu")
+
+
+@pytest.mark.parametrize("prompt, match", [
+    (torch.tensor([[-1]]), r"prompt\[0, 0\]=-1 is not accepted; expected a token id in \[0, 97\)"),
+    (torch.tensor([[3, 4], [5, 97]]), r"prompt\[1, 1\]=97 .*\[0, 97\)"),
+    (torch.tensor([[1.0, 2.0]]), r"prompt.dtype=torch.float32 .*integer dtype"),
+    (torch.tensor([[True]]), r"prompt.dtype=torch.bool"),
+])
+def test_prompt_token_ids_are_checked(models, prompt, match):
+    _, sparse, _ = models
+    # -1 used to wrap silently to the last vocabulary row; 97 and floats failed inside torch.
+    with pytest.raises(ValueError, match=match):
+        sparse.generate(prompt, 2)
+    assert sparse.generate(torch.tensor([[0, 96]], dtype=torch.int32), 1).shape == (1, 3)
+
+
+def test_random_weights_rejects_a_negative_seed():
+    with pytest.raises(ValueError, match=r"seed=-1 is not accepted; expected an integer in \[0, 2\*\*64\)"):
+        random_weights(DecoderConfig(d_model=8, n_heads=2, ffn_dim=8, n_layers=1), 0.5, seed=-1)

@@ -6,7 +6,7 @@ import torch
 
 from labkit.spmm.baselines import DenseTorch, TiledCSLMatmul
 from labkit.spmm.decoder import DecoderConfig
-from labkit.spmm.kernels_cpu import spmm
+from labkit.spmm.kernels_cpu import bucket, spmm
 from labkit.spmm.prune import magnitude_prune, random_mask, random_sparse
 from labkit.spmm.tiled_csl import encode
 
@@ -69,3 +69,35 @@ def test_other_bad_input():
         TiledCSLMatmul(torch.ones(4, 4), kernel="gpu")
     with pytest.raises(ValueError, match=r"n_heads=5 .*divisor of d_model=64"):
         DecoderConfig(d_model=64, n_heads=5)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**64, 1.5, "0", True])
+def test_bad_seeds_are_named(seed):
+    # seed=-1 used to raise a raw OverflowError from numpy's uint64 conversion.
+    with pytest.raises(ValueError, match=r"seed=.* is not accepted; expected an integer in \[0, 2\*\*64\)"):
+        random_sparse((4, 4), 0.5, seed=seed)
+    with pytest.raises(ValueError, match=r"seed="):
+        random_mask((4, 4), 0.5, seed=seed)
+
+
+def test_seed_accepts_numpy_integers_and_is_reproducible():
+    assert torch.equal(random_sparse((8, 8), 0.5, seed=np.int64(3)), random_sparse((8, 8), 0.5, seed=3))
+    assert torch.equal(random_mask((8, 8), 0.5, seed=np.uint64(2**64 - 1)), random_mask((8, 8), 0.5, seed=2**64 - 1))
+
+
+@pytest.mark.parametrize("shape", [(8, -1), (0, 4), (4,), (4, 4, 4), "4x4", (4.0, 4), (True, 4)])
+def test_bad_shapes_are_named(shape):
+    for make in (random_mask, random_sparse):
+        with pytest.raises(ValueError, match=r"shape=.* is not accepted; expected \(M, K\) with integers M, K >= 1"):
+            make(shape, 0.5)
+
+
+@pytest.mark.parametrize("n", [0, 65, 100, -1, 2.5, "8"])
+def test_bucket_rejects_column_counts_out_of_range(n):
+    # bucket(100) used to raise a bare StopIteration.
+    with pytest.raises(ValueError, match=r"n=.* is not accepted; expected an integer in \[1, 64\]"):
+        bucket(n)
+
+
+def test_bucket_values():
+    assert [bucket(n) for n in (1, 2, 8, 9, 16, 17, 33, 64)] == [1, 8, 8, 16, 16, 32, 64, 64]
