@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from labkit.core.errors import bad_value, check_range
-from labkit.graph.csr import CSR, build_csr_chunked
+from labkit.graph.csr import CSR, build_csr_chunked, check_num_nodes
 
 Chunks = Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]
 
@@ -28,10 +28,10 @@ def csv_edge_chunks(path: str | Path, *, chunk_rows: int = 1 << 20, src: str = "
     """
     import pandas as pd
 
-    path = Path(path)
+    path = _existing_file(path, "CSV")
     check_range("chunk_rows", chunk_rows, 1, integer=True)
-    if not path.exists():
-        raise bad_value("path", str(path), "an existing CSV file")
+    if num_nodes is not None:
+        num_nodes = check_num_nodes(num_nodes, 1)
 
     def chunks():
         row0 = 1
@@ -41,18 +41,33 @@ def csv_edge_chunks(path: str | Path, *, chunk_rows: int = 1 << 20, src: str = "
             out = []
             for col in (src, dst):
                 vals = pd.to_numeric(df[col].str.strip(), errors="coerce")
-                bad = vals.isna() | (vals % 1 != 0) | (vals < 0)
+                # Ids past int64 (e.g. "1e20") would wrap to negatives in the cast below.
+                bad = vals.isna() | (vals % 1 != 0) | (vals < 0) | (vals >= _ID_LIMIT)
                 if num_nodes is not None:
                     bad |= vals >= num_nodes
                 if bad.any():
                     i = int(np.flatnonzero(bad.to_numpy())[0])
-                    accepted = "an integer id >= 0" + (f" and < {num_nodes}" if num_nodes else "")
+                    accepted = "an integer id >= 0" + (f" and < {num_nodes}" if num_nodes else " and < 2**63")
                     raise ValueError(f"{path.name} row {row0 + i}: {col}={df[col].iloc[i]!r} is not accepted; "
                                      f"expected {accepted}")
                 out.append(vals.to_numpy(np.int64))
             row0 += len(df)
             yield out[0], out[1]
     return _checked_header(path, [src, dst], chunks)
+
+
+#: Ids at or past this do not fit an int64 node id.
+_ID_LIMIT = float(2**63)
+
+
+def _existing_file(path: str | Path, kind: str) -> Path:
+    """Return `path` as a Path if it names an existing regular file, else raise naming it."""
+    path = Path(path)
+    if not path.exists():
+        raise bad_value("path", str(path), f"an existing {kind} file")
+    if not path.is_file():
+        raise bad_value("path", str(path), f"a {kind} file, not a folder" if path.is_dir() else f"a {kind} file")
+    return path
 
 
 def _checked_header(path: Path, cols: list[str], chunks: Chunks) -> Chunks:
@@ -69,9 +84,8 @@ def parquet_edge_chunks(path: str | Path, *, batch_rows: int = 1 << 20, src: str
     """Return a replayable source of (src, dst) chunks read batch by batch from a Parquet file."""
     import pyarrow.parquet as pq
 
-    path = Path(path)
-    if not path.exists():
-        raise bad_value("path", str(path), "an existing Parquet file")
+    path = _existing_file(path, "Parquet")
+    check_range("batch_rows", batch_rows, 1, integer=True)
     names = pq.ParquetFile(path).schema_arrow.names
     missing = [c for c in (src, dst) if c not in names]
     if missing:
@@ -108,6 +122,8 @@ def build_from_file(path: str | Path, num_nodes: int | None = None, *, reverse: 
                     **build_kw) -> CSR:
     """Return the CSR (or with `reverse`, the CSC) of the edges in a .csv or .parquet file, out of core."""
     path = Path(path)
+    if num_nodes is not None:
+        num_nodes = check_num_nodes(num_nodes, 1)
     if path.suffix == ".csv":
         chunks = csv_edge_chunks(path, num_nodes=num_nodes)
     elif path.suffix in (".parquet", ".pq"):

@@ -21,7 +21,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from labkit.core.errors import bad_value, check_range
+from labkit.core.errors import bad_value
 
 
 @dataclass
@@ -89,6 +89,14 @@ def check_node_ids(arg: str, ids: np.ndarray, num_nodes: int) -> np.ndarray:
             pos = int(np.flatnonzero(ids == bad)[0])
             raise ValueError(f"{arg}[{pos}]={bad} is not accepted; expected node ids in [0, {num_nodes})")
     return ids
+
+
+def check_num_nodes(num_nodes, lo: int = 0, arg: str = "num_nodes") -> int:
+    """Return `num_nodes` as an int if it is a whole number >= `lo` (Python or NumPy int), else raise."""
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer, float)) or \
+            (isinstance(num_nodes, float) and not num_nodes.is_integer()) or num_nodes < lo:
+        raise bad_value(arg, num_nodes, f"an integer >= {lo}")
+    return int(num_nodes)
 
 
 def _threads() -> int:
@@ -320,9 +328,11 @@ def build_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int | None = None, *,
     neighbours keep input order. `return_eid` (implied by `weights`) records each stored edge's
     input position in ``eid``. Ids must lie in [0, num_nodes); num_nodes defaults to max id + 1.
     """
+    if num_nodes is not None:
+        num_nodes = check_num_nodes(num_nodes)
     src, dst = np.asarray(src), np.asarray(dst)
     top = _check_edges(src, dst, num_nodes)
-    num_nodes = top if num_nodes is None else int(num_nodes)
+    num_nodes = top if num_nodes is None else num_nodes
     if weights is not None:
         weights = np.asarray(weights)
         if weights.shape != src.shape:
@@ -359,7 +369,7 @@ def build_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, np.ndarray
     :func:`labkit.graph.rmat.rmat_edge_chunks`, or a reader over Parquet/CSV files). Only one
     chunk plus the CSR is held. `progress(n_edges)` is called after each chunk of each pass.
     """
-    check_range("num_nodes", num_nodes, 1, integer=True)
+    num_nodes = check_num_nodes(num_nodes, 1)
     nt = _threads()
     # One (threads x nodes) count buffer, reused for every chunk of both passes.
     hist = np.zeros((nt, num_nodes), np.int64)

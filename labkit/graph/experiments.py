@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import torch
 
-from labkit.core.bench import Bench
-from labkit.graph.csr import CSR, build_csr_chunked
+from labkit.core.bench import Bench, Comparison
+from labkit.core.errors import check_range
+from labkit.graph.csr import CSR, build_csr, build_csr_chunked
 from labkit.graph.datasets import GraphData
 from labkit.graph.importance import NeighborCache, importance, plan_cache
 from labkit.graph.negative import negative_sample
 from labkit.graph.partition import partition
-from labkit.graph.rmat import RMatParams, rmat_edge_chunks
+from labkit.graph.rmat import RMatParams, rmat_edge_chunks, rmat_edges
 from labkit.graph.sampling import AliasTable, sample_neighbors, sample_weighted, topk_neighbors
 from labkit.graph.store import PartitionedStore, StoreSampler
 from labkit.graph.train import SAGE, train_epoch
@@ -29,10 +31,70 @@ def build_streamed(params: RMatParams, chunk_edges: int = 1 << 18,
     return csr, time.perf_counter() - t
 
 
+@dataclass
+class BuildComparison:
+    """The build section's answer: one row per builder, labkit's speedup over scipy, and the streamed CSR."""
+
+    rows: list[dict]
+    speedup_scipy: float
+    edges_per_s: float
+    streamed: CSR
+    comparison: Comparison
+
+
+def build_comparison(params: RMatParams, *, repeats: int = 3, chunk_edges: int = 1 << 18,
+                     progress: Callable[[int], None] | None = None) -> BuildComparison:
+    """Build the R-MAT edges of `params` three ways and return the table and labkit's speedup over scipy.
+
+    1. labkit streamed: two passes over generated chunks (:func:`build_streamed`, run once, with
+       `progress(n_edges)` after each chunk; its time includes generating the edges twice).
+    2. labkit in memory (:func:`labkit.graph.csr.build_csr`, dedup) and 3. scipy COO->CSR (which
+       sums duplicates, so the same canonical CSR): checked equal once, then timed side by side
+       with :meth:`labkit.core.bench.Bench.compare` (`repeats` interleaved rounds, medians), as
+       ``labkit bench graph`` does at larger scale.
+    """
+    import scipy.sparse as sp
+
+    check_range("repeats", repeats, 1, integer=True)
+    streamed, t_stream = build_streamed(params, chunk_edges, progress)
+    src, dst = rmat_edges(params)
+    n, m = params.num_nodes, params.num_edges
+    ones = np.ones(m, np.float32)
+
+    def scipy_build():
+        return sp.coo_matrix((ones, (src, dst)), shape=(n, n)).tocsr()
+
+    def labkit_build():
+        return build_csr(src, dst, n, dedup=True)
+
+    ours, ref = labkit_build(), scipy_build()  # the check doubles as the warm-up (numba compiles here)
+    if not (np.array_equal(ours.indptr, ref.indptr) and np.array_equal(ours.indices, ref.indices)):
+        raise AssertionError("labkit build and scipy disagree on the CSR")
+    del ours, ref
+    c = Bench("graph", "ci", progress=False).compare(
+        f"build CSR, {m:,} edges", {"scipy_coo_tocsr": scipy_build, "labkit_build_csr": labkit_build},
+        repeats=repeats, warmup=0, work=m, work_unit="edges")
+    rows = [{"builder": "labkit streamed (2 passes, edges generated twice)", "seconds": t_stream,
+             "edges_per_s": m / t_stream, "runs": 1}]
+    for name, label in (("labkit_build_csr", "labkit in memory"), ("scipy_coo_tocsr", "scipy COO->CSR")):
+        rows.append({"builder": label, "seconds": c.median(name), "edges_per_s": c.throughput(name),
+                     "runs": repeats})
+    return BuildComparison(rows, c.ratio("scipy_coo_tocsr", "labkit_build_csr"), c.throughput("labkit_build_csr"),
+                           streamed, c)
+
+
 def cache_point(g: GraphData, threshold: float, *, k: int = 1, num_parts: int = 4, batches: int = 4,
                 batch_size: int = 256, fanouts: tuple[int, ...] = (10, 5), backend: str = "embedded",
                 client=None, seed: int = 0) -> dict:
-    """Return cache size, hit rates and one short epoch's time at importance `threshold` (inf = no cache)."""
+    """Return cache size, hit rates and one short epoch's time at importance `threshold` (inf = no cache).
+
+    The epoch is `batches` mini-batches of GraphSAGE through a :class:`PartitionedStore` of
+    `num_parts` hash partitions. With the default ``backend="embedded"`` the partitions are
+    objects in this process: a miss costs no network round, so the time shows the cache's own
+    lookup overhead, not the fetches it saves (``labkit bench graph`` measures those across
+    Dask worker processes).
+    """
+    check_range("threshold", threshold, 0.0)
     part = partition(g.csr, num_parts, "hash")
     cache = None
     if np.isfinite(threshold):
@@ -45,11 +107,13 @@ def cache_point(g: GraphData, threshold: float, *, k: int = 1, num_parts: int = 
     r = train_epoch(model, opt, StoreSampler(store), store, g.train, g.labels, list(fanouts), batch_size,
                     seed=seed, max_batches=batches)
     topo = g.csr.indptr.nbytes + g.csr.indices.nbytes
-    return {"threshold": float(threshold), "cached_fraction": 0.0 if cache is None else cache.plan.fraction,
+    return {"threshold": float(threshold), "cache": "off" if cache is None else "on", "backend": backend,
+            "batches": r.batches, "cached_fraction": 0.0 if cache is None else cache.plan.fraction,
             "cache_bytes_fraction": 0.0 if cache is None else cache.nbytes / topo,
             "hit_rate": 0.0 if cache is None else cache.stats.hit_rate,
             "feature_hit_rate": 0.0 if cache is None else cache.feature_stats.hit_rate,
-            "epoch_s": r.seconds, "sample_s": r.sample_s, "remote_bytes": store.stats.remote_bytes}
+            "epoch_s": r.seconds, "sample_s": r.sample_s, "gather_s": r.gather_s, "train_s": r.train_s,
+            "remote_bytes": store.stats.remote_bytes}
 
 
 def operator_throughput(csr: CSR, csc: CSR, *, batch: int = 1024, k: int = 10, repeats: int = 3,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit, prange
 
-from labkit.core.errors import check_range
+from labkit.core.errors import bad_value, check_range
 from labkit.graph.csr import CSR
 
 
@@ -183,6 +183,18 @@ class NeighborCache:
         With a :class:`labkit.core.memory.MemoryBudget`, the bytes are reserved first and
         BudgetExceeded is raised (nothing allocated) if they do not fit.
         """
+        n = csr.num_nodes
+        v = np.asarray(plan.vertices)
+        if v.ndim != 1 or v.dtype.kind not in "iu":
+            raise bad_value("plan", f"a CachePlan with vertices of shape {v.shape} and dtype {v.dtype}",
+                            "a CachePlan from plan_cache (1-d integer vertex ids)")
+        if len(v) and (v.min() < 0 or v.max() >= n):
+            bad = int(v.min()) if v.min() < 0 else int(v.max())
+            raise bad_value("plan", f"a CachePlan with vertex {bad}",
+                            f"a plan of this graph's vertices in [0, {n}) (plan_cache(csr, ...) of the same csr)")
+        if features is not None and (np.ndim(features) != 2 or len(features) != n):
+            raise bad_value("features", f"array of shape {np.shape(features)}",
+                            f"a 2-d array of {n} rows (one per node)")
         if budget is not None:
             deg = np.diff(csr.indptr)[plan.vertices]
             need = int(deg.sum()) * csr.indices.itemsize + 8 * (len(plan.vertices) + 1) + \

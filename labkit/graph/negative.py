@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
-from labkit.core.errors import check_choice, check_range
+from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.graph.csr import CSR, check_node_ids
 from labkit.graph.rng import GOLDEN, mix64, stream_key
 
@@ -58,21 +58,28 @@ def _negatives(indptr, indices, src, k, by_in_degree, reject, max_retries, num_n
 
 
 def negative_sample(csr: CSR, src, k: int, *, by: str = "random", reject_neighbors: bool | None = None,
-                    max_retries: int = 10, seed: int = 0, stream: int = 0) -> Negatives:
+                    max_retries: int = 10, seed: int = 0, stream: int = 0,
+                    num_dst: int | None = None) -> Negatives:
     """Return `k` negative destinations per source in `src`.
 
     by="random": uniform over all nodes; by="in_degree": in proportion to in-degree. Rejection
     of true out-neighbours of the source (default: on for in_degree, off for random) retries
     up to `max_retries` times; a draw that still hits a neighbour is kept and counted in
-    ``capped``, so callers can tell (never silently wrong).
+    ``capped``, so callers can tell (never silently wrong). `num_dst` bounds uniform draws to
+    ids in [0, num_dst) (default: every node of `csr`), for bipartite edges whose destinations
+    are another node type with fewer ids (e.g. items, when there are more users).
     """
     check_choice("by", by, STRATEGIES)
     check_range("k", k, 1, integer=True)
     check_range("max_retries", max_retries, 0, integer=True)
     src = check_node_ids("src", np.asarray(src), csr.num_nodes).astype(np.int64)
+    if num_dst is None:
+        num_dst = csr.num_nodes
+    elif isinstance(num_dst, bool) or not isinstance(num_dst, (int, np.integer)) or not 1 <= num_dst <= csr.num_nodes:
+        raise bad_value("num_dst", num_dst, f"an integer in [1, {csr.num_nodes}] (destination ids drawn from)")
     if by == "in_degree" and csr.num_edges == 0:
         raise check_range("num_edges", 0, 1)
     reject = (by == "in_degree") if reject_neighbors is None else bool(reject_neighbors)
     dst, capped = _negatives(csr.indptr, csr.indices, src, k, by == "in_degree", reject, max_retries,
-                             csr.num_nodes, int(seed), int(stream))
+                             int(num_dst), int(seed), int(stream))
     return Negatives(np.repeat(src, k), dst, int(capped))

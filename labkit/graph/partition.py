@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from labkit.core.errors import check_choice, check_range
+from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.graph.csr import CSR
 
 METHODS = ("hash", "ldg", "fennel")
@@ -33,6 +33,16 @@ class Partitioning:
         """Return the sorted global ids owned by `part`."""
         check_range("part", part, 0, self.num_parts - 1, integer=True)
         return np.flatnonzero(self.owner == part)
+
+
+def _check_csc(csr: CSR, csc: CSR | None) -> CSR:
+    """Return `csc` (or csr's reverse when None) if it has csr's nodes and edges, else raise (O(1))."""
+    if csc is None:
+        return csr.reverse()
+    if csc.num_nodes != csr.num_nodes or csc.num_edges != csr.num_edges or len(csc.indices) < csc.num_edges:
+        raise bad_value("csc", f"a CSC of {csc.num_nodes} nodes and {csc.num_edges} edges",
+                        f"the in-edges of csr ({csr.num_nodes} nodes, {csr.num_edges} edges), e.g. csr.reverse()")
+    return csc
 
 
 def hash_partition(num_nodes: int, num_parts: int) -> np.ndarray:
@@ -92,7 +102,7 @@ def ldg_partition(csr: CSR, num_parts: int, *, csc: CSR | None = None, slack: fl
     """
     check_range("num_parts", num_parts, 1, integer=True)
     check_range("slack", slack, 1.0)
-    csc = csr.reverse() if csc is None else csc
+    csc = _check_csc(csr, csc)
     n = csr.num_nodes
     order = np.random.default_rng(seed).permutation(n)
     capacity = max(1.0, np.ceil(slack * n / num_parts))
@@ -111,7 +121,7 @@ def fennel_partition(csr: CSR, num_parts: int, *, csc: CSR | None = None, gamma:
     check_range("num_parts", num_parts, 1, integer=True)
     check_range("gamma", gamma, 1.0)
     check_range("slack", slack, 1.0)
-    csc = csr.reverse() if csc is None else csc
+    csc = _check_csc(csr, csc)
     n, m = csr.num_nodes, csr.num_edges
     alpha = np.sqrt(num_parts) * m / max(1.0, float(n)) ** gamma
     order = np.random.default_rng(seed).permutation(n)
@@ -133,6 +143,9 @@ def _cut(indptr, indices, owner):
 
 def partition_quality(csr: CSR, owner: np.ndarray, num_parts: int) -> dict:
     """Return {edge_cut, balance, edge_balance}: cut fraction, max/mean vertices, max/mean out-edges."""
+    owner = np.asarray(owner)
+    if owner.ndim != 1 or len(owner) != csr.num_nodes:
+        raise bad_value("owner", f"array of shape {owner.shape}", f"one owner per vertex of csr ({csr.num_nodes})")
     cut = _cut(csr.indptr, csr.indices, owner) / max(1, csr.num_edges)
     sizes = np.bincount(owner, minlength=num_parts)
     edges = np.bincount(owner, weights=csr.degree(), minlength=num_parts)

@@ -10,15 +10,18 @@ Messages flow from sampled in-neighbour (``row``) to the expanded node (``col``)
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Callable
+
 import numpy as np
 import torch
 from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
 from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
 from torch_geometric.typing import EdgeTensorType
 
-from labkit.core.errors import bad_value
+from labkit.core.errors import bad_value, check_range
 from labkit.graph.csr import CSR, build_csr
-from labkit.graph.sampling import NeighborSampler
+from labkit.graph.sampling import NeighborSampler, check_fanout
 
 
 class StoreFeatureStore(FeatureStore):
@@ -119,3 +122,73 @@ class LabkitNeighborSampler(BaseSampler):
     @property
     def edge_permutation(self):
         return None
+
+
+@dataclass
+class NodeLoaderRun:
+    """What :func:`train_sage_nodeloader` returns: the trained model, its test accuracy, and the losses."""
+
+    model: torch.nn.Module
+    accuracy: float
+    batches: int
+    losses: list[float] = field(default_factory=list)
+
+
+def train_sage_nodeloader(g, epochs: int = 2, fanouts=(10, 5), batch_size: int = 512, *, hidden: int = 64,
+                          lr: float = 0.01, seed: int = 0, eval_batch_size: int = 2048,
+                          on_batch: Callable[[int, float], None] | None = None,
+                          progress: bool = False) -> NodeLoaderRun:
+    """Train GraphSAGE node classification with PyG's own ``NodeLoader`` on labkit's storage and sampler.
+
+    `g` is a :class:`labkit.graph.datasets.GraphData`: features come through a
+    :class:`StoreFeatureStore` over a :class:`labkit.graph.store.LocalStore`, the topology
+    through a :class:`CSRGraphStore` of ``g.csc``, and each mini-batch's in-neighbourhood from
+    :class:`LabkitNeighborSampler` with `fanouts`. Trains `epochs` shuffled passes over
+    ``g.train`` with Adam, then returns the accuracy on ``g.test``. `on_batch(batches_done, loss)`
+    runs after every training step (e.g. to feed a dashboard); `progress` shows a tqdm bar over
+    the training batches (off by default).
+    """
+    from torch_geometric.loader import NodeLoader
+    from tqdm.auto import tqdm
+
+    from labkit.graph.store import LocalStore
+    from labkit.graph.train import SAGE
+
+    check_range("epochs", epochs, 1, integer=True)
+    check_range("batch_size", batch_size, 1, integer=True)
+    check_range("eval_batch_size", eval_batch_size, 1, integer=True)
+    check_range("hidden", hidden, 1, integer=True)
+    check_range("lr", lr, 0.0, lo_open=True)
+    if not isinstance(fanouts, (list, tuple)) or not fanouts:
+        raise bad_value("fanouts", fanouts, "a non-empty list of positive ints (or -1 for all)")
+    fanouts = [check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
+    fs, gs = StoreFeatureStore(LocalStore(g.csr, g.features), g.labels), CSRGraphStore(g.csc)
+    loader = NodeLoader((fs, gs), node_sampler=LabkitNeighborSampler(g.csc, fanouts, seed=seed),
+                        input_nodes=torch.from_numpy(np.asarray(g.train)), batch_size=int(batch_size), shuffle=True)
+    torch.manual_seed(seed)
+    model = SAGE(g.features.shape[1], int(hidden), g.num_classes, num_layers=len(fanouts))
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    losses: list[float] = []
+    with tqdm(total=int(epochs) * len(loader), unit="batch", desc="GraphSAGE (NodeLoader)",
+              disable=not progress) as bar:
+        for _ in range(int(epochs)):
+            model.train()
+            for b in loader:
+                opt.zero_grad()
+                out = model(b.x, b.edge_index)[:b.batch_size]
+                loss = torch.nn.functional.cross_entropy(out, b.y[:b.batch_size])
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+                bar.update(1)
+                if on_batch is not None:
+                    on_batch(len(losses), losses[-1])
+    model.eval()
+    test_loader = NodeLoader((fs, gs), node_sampler=LabkitNeighborSampler(g.csc, fanouts, seed=seed),
+                             input_nodes=torch.from_numpy(np.asarray(g.test)), batch_size=int(eval_batch_size))
+    correct = 0
+    with torch.no_grad():
+        for b in test_loader:
+            pred = model(b.x, b.edge_index)[:b.batch_size].argmax(1)
+            correct += int((pred == b.y[:b.batch_size]).sum())
+    return NodeLoaderRun(model, correct / max(1, len(g.test)), len(losses), losses)

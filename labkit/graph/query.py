@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from labkit.core.errors import bad_value, check_range
-from labkit.graph.csr import CSR, build_csr
+from labkit.graph.csr import CSR, build_csr, check_node_ids
 from labkit.graph.negative import negative_sample
 from labkit.graph.sampling import AliasTable, sample_neighbors, sample_weighted, topk_neighbors
 from labkit.graph.traverse import node_batches
@@ -196,9 +196,12 @@ class Query:
         return QueryRun(self, epoch)
 
     def run(self, seeds: np.ndarray, *, seed: int = 0, stream: int = 0) -> QueryResult:
-        """Run the steps on explicit `seeds` and return their result."""
+        """Run the steps on explicit `seeds` (1-d ids of the query's node type) and return their result."""
         g = self.g
-        cur = np.asarray(seeds, np.int64)
+        seeds = np.asarray(seeds)
+        if seeds.ndim != 1:
+            raise bad_value("seeds", f"array of shape {seeds.shape}", f"a 1-d array of {self.node_type!r} node ids")
+        cur = check_node_ids("seeds", seeds, g.node_types[self.node_type]).astype(np.int64, copy=False)
         ids, types = [cur], [self.node_type]
         capped = 0
         t = self.node_type
@@ -208,7 +211,9 @@ class Query:
             valid = np.flatnonzero(flat >= 0)
             rows = flat[valid]
             if s.kind == "outNeg":
-                neg = negative_sample(e.csr, rows, s.k, by=s.by, seed=seed, stream=stream * 64 + h)
+                # Uniform draws come from the destination type's ids, not the max of both types'.
+                neg = negative_sample(e.csr, rows, s.k, by=s.by, seed=seed, stream=stream * 64 + h,
+                                      num_dst=g.node_types[e.dst_type])
                 out = np.full((len(flat), s.k), -1, np.int64)
                 out[valid] = neg.dst.reshape(-1, s.k)
                 capped += neg.capped

@@ -138,6 +138,26 @@ def _check_rows(arg: str, rows, num_rows: int) -> np.ndarray:
     return rows.astype(np.int64, copy=False)
 
 
+def _check_indptr(indptr) -> np.ndarray:
+    """Return `indptr` if it is a non-empty 1-d integer array (O(1): its contents are not scanned)."""
+    indptr = np.asarray(indptr)
+    if indptr.ndim != 1 or len(indptr) == 0 or indptr.dtype.kind not in "iu":
+        raise bad_value("indptr", f"array of shape {indptr.shape} and dtype {indptr.dtype}",
+                        "a non-empty 1-d integer array of row offsets")
+    return indptr
+
+
+def check_topology(indptr, indices) -> None:
+    """Raise unless `indices` holds every edge `indptr` points at (O(1): indptr[-1] <= len(indices))."""
+    indptr = _check_indptr(indptr)
+    indices = np.asarray(indices)
+    if indices.ndim != 1:
+        raise bad_value("indices", f"array of shape {indices.shape}", "a 1-d array of neighbour ids")
+    if int(indptr[-1]) > len(indices) or int(indptr[0]) < 0:
+        raise bad_value("indices", f"an array of {len(indices)} entries",
+                        f"at least indptr[-1]={int(indptr[-1])} entries (indptr and indices of the same graph)")
+
+
 def sample_neighbors(indptr: np.ndarray, indices: np.ndarray, rows, fanout: int, *, replace: bool = False,
                      seed: int = 0, stream: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Return (ptr, eid): row i's sampled edge positions are ``eid[ptr[i]:ptr[i+1]]``.
@@ -232,6 +252,7 @@ class NeighborSampler:
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, *, frontier: str = "new") -> None:
         if frontier not in ("new", "all"):
             raise bad_value("frontier", frontier, "'new' or 'all'")
+        check_topology(indptr, indices)
         self.indptr, self.indices, self.frontier = indptr, indices, frontier
         self.num_rows = len(indptr) - 1
         self._local = np.full(max(self.num_rows, int(indices.max()) + 1 if len(indices) else 0), -1, np.int64)
@@ -333,7 +354,10 @@ class AliasTable:
     @classmethod
     def build(cls, indptr: np.ndarray, weights: np.ndarray) -> "AliasTable":
         """Return the alias tables of each row's edge `weights` (non-negative, one per edge)."""
+        indptr = _check_indptr(indptr)
         weights = np.asarray(weights, np.float64)
+        if weights.ndim != 1:
+            raise bad_value("weights", f"array of shape {weights.shape}", "a 1-d array (one weight per edge)")
         if len(weights) != indptr[-1]:
             raise bad_value("weights", f"length {len(weights)}", f"length {int(indptr[-1])} (one per edge)")
         if len(weights) and (not np.all(np.isfinite(weights)) or weights.min() < 0):
@@ -376,6 +400,10 @@ def sample_weighted(indptr: np.ndarray, table: AliasTable, rows, fanout: int, *,
     fanout = check_fanout(fanout)
     if fanout == FULL:
         raise bad_value("fanout", fanout, "a positive integer (weighted sampling draws a fixed number)")
+    indptr = _check_indptr(indptr)
+    if len(table.prob) != indptr[-1] or len(table.alias) != len(table.prob):
+        raise bad_value("table", f"an AliasTable of {len(table.prob)} edges",
+                        f"one built for this indptr ({int(indptr[-1])} edges; AliasTable.build(indptr, weights))")
     rows = _check_rows("rows", rows, len(indptr) - 1)
     return _sample_weighted(indptr, table.prob, table.alias, rows, fanout, int(seed), int(stream))
 
@@ -406,10 +434,20 @@ def _topk(indptr, weights, rows, k):
 def topk_neighbors(indptr: np.ndarray, weights: np.ndarray, rows, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Return (ptr, eid): each row's min(d, k) heaviest edges (ties: lower position first)."""
     k = check_fanout(k, "k")
+    indptr = _check_indptr(indptr)
+    weights = np.asarray(weights, np.float64)
+    if weights.ndim != 1 or len(weights) != indptr[-1]:
+        raise bad_value("weights", f"array of shape {weights.shape}",
+                        f"a 1-d array of {int(indptr[-1])} weights (one per edge of indptr)")
+    finite = np.isfinite(weights)
+    if not finite.all():
+        pos = int(np.flatnonzero(~finite)[0])
+        raise ValueError(f"weights[{pos}]={weights[pos]} is not accepted; expected finite weights "
+                         "(NaN cannot be ranked)")
     if k == FULL:
         k = int(np.max(np.diff(indptr))) if len(indptr) > 1 else 0
     rows = _check_rows("rows", rows, len(indptr) - 1)
-    return _topk(indptr, np.asarray(weights, np.float64), rows, k)
+    return _topk(indptr, weights, rows, k)
 
 
 def sampled_edges_per_s(sample: MultiHopSample, seconds: float) -> float:

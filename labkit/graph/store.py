@@ -65,10 +65,28 @@ class FetchStats:
         self.wait_s = 0.0
 
 
+def _check_rows_per_node(arg: str, a: np.ndarray | None, num_nodes: int, ndim: int | None = None) -> None:
+    """Raise unless `a` (when given) has one row per node (and `ndim` dimensions, when stated)."""
+    if a is None:
+        return
+    shape = np.shape(a)
+    if (ndim is not None and len(shape) != ndim) or not shape or shape[0] != num_nodes:
+        want = f"{num_nodes} rows (one per node of the graph)" + (f", {ndim}-d" if ndim else "")
+        raise bad_value(arg, f"array of shape {shape}", want)
+
+
+def _check_cache(cache: NeighborCache | None, num_nodes: int) -> None:
+    if cache is not None and len(cache.slot) != num_nodes:
+        raise bad_value("cache", f"a NeighborCache over {len(cache.slot)} nodes",
+                        f"one built from this graph ({num_nodes} nodes)")
+
+
 class LocalStore:
     """The whole graph in this process: out-neighbour lists, node features and labels."""
 
     def __init__(self, csr: CSR, features: np.ndarray | None = None, labels: np.ndarray | None = None) -> None:
+        _check_rows_per_node("features", features, csr.num_nodes)
+        _check_rows_per_node("labels", labels, csr.num_nodes)
         self.csr, self.x, self.labels = csr, features, labels
         self.num_nodes = csr.num_nodes
         self.stats = FetchStats()
@@ -134,7 +152,21 @@ class PartitionedStore:
         if backend == "dask" and client is None:
             raise bad_value("client", None, "a dask.distributed.Client when backend='dask' "
                             "(see labkit.graph.store.local_cluster)")
-        self.num_nodes, self.backend, self.client = csr.num_nodes, backend, client
+        n = csr.num_nodes
+        _check_rows_per_node("features", features, n, ndim=2)
+        _check_rows_per_node("labels", labels, n)
+        if len(partitioning.owner) != n:
+            raise bad_value("partitioning", f"a Partitioning of {len(partitioning.owner)} vertices",
+                            f"one of this graph's {n} vertices (partition(csr, ...) of the same csr)")
+        if n and (partitioning.owner.min() < 0 or partitioning.owner.max() >= partitioning.num_parts):
+            bad = int(partitioning.owner.min() if partitioning.owner.min() < 0 else partitioning.owner.max())
+            raise bad_value("partitioning", f"an owner id {bad}", f"owners in [0, {partitioning.num_parts})")
+        _check_cache(cache, n)
+        workers = list(client.scheduler_info()["workers"]) if backend == "dask" else []
+        if backend == "dask" and not workers:
+            raise bad_value("client", f"a Dask client with 0 workers ({client!r})",
+                            "a client whose cluster has at least one worker (wait for workers to join)")
+        self.num_nodes, self.backend, self.client = n, backend, client
         self.partitioning, self.owner = partitioning, partitioning.owner
         self.cache, self.labels = cache, labels
         self.indices_dtype = csr.indices.dtype
@@ -142,7 +174,6 @@ class PartitionedStore:
         self.feature_dtype = None if features is None else features.dtype
         self.stats = FetchStats()
         self.servers, self.addresses = [], []
-        workers = list(client.scheduler_info()["workers"]) if backend == "dask" else []
         for p in range(partitioning.num_parts):
             members = partitioning.members(p)
             ptr, idx = gather_lists(csr.indptr, csr.indices, members)

@@ -17,6 +17,8 @@ def test_notebook_runs_and_records_metrics():
     assert 0.6 < m["edge_cut_hash4"] < 0.85 and m["edge_cut_ldg4"] < m["edge_cut_hash4"]
     assert m["balance_ldg4"] <= 1.06 and m["edge_cut_fennel4"] < m["edge_cut_hash4"]
     assert 0 < m["cache_fraction"] <= 0.2 and 0 < m["cache_hit_rate"] < 1
+    assert m["cache_off_hit_rate"] == 0 and m["cache_epoch_s_off"] > 0 and m["cache_epoch_s_on"] > 0
+    assert m["build_speedup_scipy"] > 0
     assert len(m["operators"]) == 8 and all(v > 0 for v in m["operators"].values())
     assert m["gsl_shapes"] == [[64], [64, 10], [640, 5]]
     assert m["accuracy"] > 0.6  # 16 classes, chance 0.0625

@@ -235,3 +235,56 @@ def test_pyg_node_loader_trains_graphsage(g):
         acc = np.mean([float((model(b.x, b.edge_index)[:b.batch_size].argmax(1) == b.y[:b.batch_size]).float()
                              .mean()) for b in tl])
     assert acc > 0.6  # 16 balanced classes: chance is 0.0625
+
+
+def test_train_sage_nodeloader_trains_and_reports(g):
+    from types import SimpleNamespace
+
+    from labkit.graph.pyg import train_sage_nodeloader
+    csr, csc, labels, x = g
+    data = SimpleNamespace(csr=csr, csc=csc, labels=labels, features=x, num_classes=16,
+                           train=np.arange(0, P.num_nodes, 2), test=np.arange(1, P.num_nodes, 2))
+    seen = []
+    run = train_sage_nodeloader(data, 3, fanouts=[10, 5], batch_size=256, hidden=32, lr=0.02,
+                                on_batch=lambda n, loss: seen.append((n, loss)), progress=True)
+    per_epoch = -(-len(data.train) // 256)
+    assert run.batches == 3 * per_epoch == len(run.losses) == len(seen)
+    assert [n for n, _ in seen] == list(range(1, run.batches + 1)) and seen[-1][1] == run.losses[-1]
+    assert np.mean(run.losses[-per_epoch:]) < np.mean(run.losses[:per_epoch])  # it learns
+    assert run.accuracy > 0.6  # 16 balanced classes: chance is 0.0625
+    with pytest.raises(ValueError, match="epochs=0"):
+        train_sage_nodeloader(data, 0)
+    with pytest.raises(ValueError, match=r"fanouts\[1\]=0"):
+        train_sage_nodeloader(data, 1, fanouts=[5, 0])
+
+
+def test_build_comparison_uses_the_bench_harness():
+    from labkit.graph.experiments import build_comparison
+    p = RMatParams(scale=10, seed=2)
+    calls = []
+    r = build_comparison(p, repeats=2, chunk_edges=1 << 12, progress=calls.append)
+    assert sum(calls) == 2 * p.num_edges  # two passes over the stream
+    assert [row["builder"] for row in r.rows][1:] == ["labkit in memory", "scipy COO->CSR"]
+    assert all(row["seconds"] > 0 and row["edges_per_s"] > 0 for row in r.rows)
+    assert sorted(r.comparison.times) == ["labkit_build_csr", "scipy_coo_tocsr"]
+    assert all(len(t) == 2 for t in r.comparison.times.values())
+    assert r.speedup_scipy == r.comparison.ratio("scipy_coo_tocsr", "labkit_build_csr") > 0
+    ref = build_csr(*rmat_edges(p), p.num_nodes, dedup=True, drop_self_loops=True)
+    assert np.array_equal(r.streamed.indptr, ref.indptr) and np.array_equal(r.streamed.indices, ref.indices)
+    with pytest.raises(ValueError, match="repeats=0"):
+        build_comparison(p, repeats=0)
+
+
+def test_cache_point_off_and_on():
+    from labkit.graph.datasets import load_graph
+    from labkit.graph.experiments import cache_point
+    data = load_graph("ci")
+    off = cache_point(data, float("inf"), batches=2)
+    on = cache_point(data, 1.0, batches=2)
+    assert off["cache"] == "off" and off["hit_rate"] == 0 and off["cached_fraction"] == 0
+    assert on["cache"] == "on" and 0 < on["hit_rate"] < 1 and 0 < on["cached_fraction"] <= 0.2
+    assert off["batches"] == on["batches"] == 2 and off["backend"] == "embedded"
+    assert on["epoch_s"] >= on["sample_s"] + on["gather_s"] + on["train_s"] > 0  # the split is reported
+    assert on["remote_bytes"] < off["remote_bytes"]  # hits are served locally
+    with pytest.raises(ValueError, match="threshold=nan"):
+        cache_point(data, float("nan"))

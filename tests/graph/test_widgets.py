@@ -25,14 +25,33 @@ def test_partition_explorer_updates_on_slider(csr):
     assert "ldg" in fig.layout.title.text
 
 
+def _fake_point(t):
+    return {"threshold": t, "cached_fraction": 0.1, "cache_bytes_fraction": 0.05,
+            "hit_rate": 1 / t, "feature_hit_rate": 0.5 / t, "epoch_s": t if np.isfinite(t) else 9.0}
+
+
 def test_cache_explorer_keeps_history():
     from labkit.ui.graph import cache_explorer
-    fake = lambda t: {"threshold": t, "cached_fraction": 0.1, "cache_bytes_fraction": 0.05,  # noqa: E731
-                      "hit_rate": 1 / t, "feature_hit_rate": 0.5 / t, "epoch_s": t}
-    view, fig, state = cache_explorer(fake, thresholds=(1.0, 2.0, 4.0))
+    view, fig, state = cache_explorer(_fake_point, thresholds=(1.0, 2.0, 4.0), off=False)
     state.controls["threshold"].value = 4.0
     assert [h["threshold"] for h in state.result["history"]] == [2.0, 4.0]
     assert list(fig.data[1].y) == [2.0, 4.0]
+
+
+def test_cache_explorer_starts_from_cache_off():
+    from labkit.ui.graph import cache_explorer
+    view, fig, state = cache_explorer(_fake_point, thresholds=(1.0, 2.0, 4.0), epoch_title="in-process epoch")
+    assert state.controls["threshold"].options[0] == ("off", float("inf"))
+    assert state.result["current"]["threshold"] == float("inf")  # the baseline comes first
+    state.controls["threshold"].value = 4.0
+    assert [h["threshold"] for h in state.result["history"]] == [float("inf"), 4.0]
+    assert list(fig.data[1].text) == ["cache off", "Imp>=4"] and list(fig.data[1].y) == [9.0, 4.0]
+    assert "cache off: 9.000 s" in fig.layout.title.text
+    assert any(a.text == "in-process epoch" for a in fig.layout.annotations)
+    with pytest.raises(ValueError, match="value=3.0"):
+        cache_explorer(_fake_point, thresholds=(1.0, 2.0), value=3.0)
+    with pytest.raises(ValueError, match="thresholds="):
+        cache_explorer(_fake_point, thresholds=("a",))
 
 
 def test_cache_reserves_its_bytes(csr):
