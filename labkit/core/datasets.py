@@ -305,12 +305,35 @@ def dataset_dir(name: str, profile: str, root: Path | None = None) -> Path:
     return Path(root or data_root()) / name / profile
 
 
+class _Stages:
+    """A one-line progress display of a build's stages (tqdm.auto), or nothing when disabled."""
+
+    def __init__(self, title: str, stages: tuple[str, ...], enabled: bool) -> None:
+        self.title, self.stages, self.i = title, stages, 0
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+            self.bar = tqdm(total=len(stages), desc=f"{title}: {stages[0]}", leave=True)
+
+    def next(self) -> None:
+        if self.bar is not None:
+            self.i += 1
+            self.bar.update(1)
+            if self.i < len(self.stages):
+                self.bar.set_description(f"{self.title}: {self.stages[self.i]}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = None, force: bool = False,
-                 params: dict | None = None) -> Dataset:
+                 params: dict | None = None, progress: bool = False) -> Dataset:
     """Build dataset `name` at `profile` unless a valid copy exists; `force` rebuilds and swaps it in.
 
     An existing copy that fails verification is never silently rebuilt over: that raises
-    DatasetError unless `force` is given.
+    DatasetError unless `force` is given. `progress` shows a one-line bar of the build's stages
+    (generating, hashing, committing) when a build happens.
     """
     spec = get_spec(name)
     profile = check_profile(profile)
@@ -330,10 +353,13 @@ def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
         raise DatasetError(f"cannot create a dataset under {final.parent} ({exc.strerror}); set LABKIT_DATA "
                            "to a writable folder") from None
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; a built dataset is as shareable as any folder
+    stages = _Stages(f"building {name}/{profile}", ("generating", "hashing", "committing"), progress)
     try:
         w = DatasetWriter(tmp, spec, profile, p)
         spec.builder(w, p)
+        stages.next()
         atomic_write_json(tmp / MANIFEST, w._finish())
+        stages.next()
         if final.exists():
             old = final.parent / f".{profile}.old-{uuid.uuid4().hex[:8]}"
             os.rename(final, old)
@@ -350,15 +376,21 @@ def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
                     raise
                 # Another process finished the same build first; keep theirs.
                 shutil.rmtree(tmp, ignore_errors=True)
+        stages.next()
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        stages.close()
     return open_dataset(name, profile, root=root, build=False)
 
 
 def open_dataset(name: str, profile: str = "ci", *, root: str | Path | None = None, build: bool = True,
-                 full_verify: bool = True) -> Dataset:
-    """Return dataset `name` at `profile`, building it first if absent and `build` is true."""
+                 full_verify: bool = True, progress: bool = False) -> Dataset:
+    """Return dataset `name` at `profile`, building it first if absent and `build` is true.
+
+    `progress` shows the build's stages if a build happens (see :func:`make_dataset`).
+    """
     spec = get_spec(name)
     profile = check_profile(profile)
     d = dataset_dir(name, profile, Path(root) if root else None)
@@ -366,7 +398,7 @@ def open_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
         if not build:
             raise DatasetError(f"dataset {name} ({profile}) is not built at {d}; build it with: "
                                f"labkit data make {name} --profile {profile}")
-        return make_dataset(name, profile, root=root)
+        return make_dataset(name, profile, root=root, progress=progress)
     manifest = verify(d, name, profile, full=full_verify)
     if manifest.get("version") != spec.version:
         raise DatasetError(f"{d / MANIFEST} has version {manifest.get('version')}, labkit expects "

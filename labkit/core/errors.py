@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Iterable
 
 
@@ -10,6 +11,9 @@ class LabkitError(Exception):
 
 
 def _fmt(value: Any) -> str:
+    # A numpy scalar reads as its plain value (8, not np.int64(8)); arrays and the rest as repr.
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        value = value.item()
     return repr(value)
 
 
@@ -28,15 +32,20 @@ def check_choice(arg: str, value: Any, choices: Iterable[Any]) -> Any:
 
 def check_range(arg: str, value: Any, lo: float | None = None, hi: float | None = None,
                 *, lo_open: bool = False, hi_open: bool = False, integer: bool = False) -> Any:
-    """Return `value` if it lies in the stated interval (and is an int when `integer`), else raise."""
+    """Return `value` if it lies in the stated interval (and is an int when `integer`), else raise.
+
+    Any real number is accepted (Python's or numpy's scalars, e.g. ``np.int64(8)``), but not a
+    bool and not NaN; with `integer`, a whole-valued float such as ``4.0`` passes too.
+    """
     lb = "(" if lo_open else "["
     rb = ")" if hi_open else "]"
     kind = "an integer" if integer else "a number"
     accepted = f"{kind} in {lb}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{rb}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-            integer and not float(value).is_integer()):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # np.bool_ is not Real
         raise bad_value(arg, value, accepted)
     if value != value:  # NaN
+        raise bad_value(arg, value, accepted)
+    if integer and not isinstance(value, numbers.Integral) and not float(value).is_integer():
         raise bad_value(arg, value, accepted)
     if lo is not None and (value < lo or (lo_open and value == lo)):
         raise bad_value(arg, value, accepted)

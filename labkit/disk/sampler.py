@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.core.arrays import unique
-from labkit.core.errors import check_range
+from labkit.core.errors import bad_value, check_range
 from labkit.disk.store import entry_rows, lists_ptr
 from labkit.graph.sampling import sample_neighbors
 
@@ -163,6 +163,9 @@ def batch_seeds(train: np.ndarray, batch_size: int, num_batches: int, seed: int 
     """Return `num_batches` mini-batches of training seeds (a seeded shuffle, cycled if needed)."""
     check_range("batch_size", batch_size, 1, integer=True)
     check_range("num_batches", num_batches, 0, integer=True)
+    batch_size, num_batches = int(batch_size), int(num_batches)
+    if np.size(train) == 0 and num_batches > 0:
+        raise bad_value("train", train, "a non-empty array of training node ids")
     rng = np.random.default_rng([seed, 7])
     perm = rng.permutation(train)
     need = batch_size * num_batches

@@ -15,6 +15,7 @@ amplification and the budget report.
 
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass, field
 
@@ -25,7 +26,7 @@ from labkit.core.directio import DiskModel
 from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.core.machine import cores as machine_cores
 from labkit.core.machine import release_free_memory
-from labkit.core.memory import BudgetExceeded, MemoryBudget, fmt_bytes
+from labkit.core.memory import BudgetExceeded, MemoryBudget, fmt_bytes, parse_bytes
 from labkit.disk import plans
 from labkit.disk.pipeline import RunStats, run_pipelined, run_serial, run_superbatch
 from labkit.disk.sampler import NeighborSampler, SampledBatch, batch_seeds
@@ -43,6 +44,34 @@ def dataset_bytes(ds: Dataset) -> int:
     return sum(int(ds.info(k)["bytes"]) for k in ("indptr", "indices", "features", "labels"))
 
 
+def as_budget(budget) -> MemoryBudget:
+    """Return `budget` as a :class:`MemoryBudget`: one as is, or a new one from a byte count or '512MiB'."""
+    if isinstance(budget, MemoryBudget):
+        return budget
+    if isinstance(budget, (numbers.Real, str)) and not isinstance(budget, bool):
+        return MemoryBudget(parse_bytes(budget, "budget"))
+    raise bad_value("budget", budget, "a MemoryBudget, or a byte count such as 1048576 or '512MiB'")
+
+
+def progress_bar(total: int, desc: str, enabled: bool):
+    """A tqdm.auto bar when `enabled`, else a stand-in that does nothing (tqdm is not even imported)."""
+    if not enabled:
+        return _NoBar()
+    from tqdm.auto import tqdm
+    return tqdm(total=total, desc=desc, leave=True)
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_description(self, desc: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 @dataclass
 class Presampled:
     """What CaliEX learns before training: sampled batches, access counts, stage costs."""
@@ -56,15 +85,26 @@ class Presampled:
 
 
 def presample(ds: Dataset, cfg: ModelConfig, seeds: list[np.ndarray], budget: MemoryBudget, *,
-              seed: int = 0, train_batches: int = 2, fallback: bool = False) -> Presampled:
-    """Sample `seeds` from disk (no caches), count accesses, fit the disk models, time each stage."""
+              seed: int = 0, train_batches: int = 2, fallback: bool = False, progress: bool = False) -> Presampled:
+    """Sample `seeds` from disk (no caches), count accesses, fit the disk models, time each stage.
+
+    `progress` shows a bar over the stages (fitting the disk models, each batch sampled, timing
+    gathering and training); off by default, as benchmarks call this.
+    """
+    if len(seeds) == 0:
+        raise bad_value("seeds", seeds, "at least one mini-batch of seed node ids (see batch_seeds)")
+    check_range("train_batches", train_batches, 1, integer=True)
+    budget = as_budget(budget)
     t0 = time.perf_counter()
     labels = ds.array("labels", mmap=False)
     topo = DiskTopology(ds, budget, fallback=fallback)
     feat = DiskFeatures(ds, budget, fallback=fallback)
+    bar = progress_bar(len(seeds) + 2, "pre-sampling: fitting disk models", progress)
     try:
         tdisk = DiskModel.fit(topo.file, requests=500, sweep_bytes=16 << 20)
         fdisk = DiskModel.fit(feat.file, requests=1000, sweep_bytes=64 << 20)
+        bar.update(1)
+        bar.set_description("pre-sampling: sampling batches")
         topo.policy = IOPolicy("auto", tdisk)
         feat.policy = IOPolicy("auto", fdisk)
         sampler = NeighborSampler(topo, list(cfg.fanouts), seed)
@@ -75,6 +115,8 @@ def presample(ds: Dataset, cfg: ModelConfig, seeds: list[np.ndarray], budget: Me
             batches.append(sampler.sample(s, -1 - i))
             if i > 0 or len(seeds) == 1:  # the first call also pays numba's cache load
                 t_sample += time.perf_counter() - a - (topo.file.counters.seconds - io0)
+            bar.update(1)
+        bar.set_description("pre-sampling: timing gather and train")
         a = time.perf_counter()
         xs = [feat.gather(b.n_id) for b in batches[:max(1, train_batches)]]
         rows = sum(b.n_id.size for b in batches[:len(xs)])
@@ -98,7 +140,9 @@ def presample(ds: Dataset, cfg: ModelConfig, seeds: list[np.ndarray], budget: Me
         counts = plans.AccessCounts.from_batches(batches, topo.indptr.size - 1)
         slot = (int(max(b.nbytes for b in batches) * 1.3),
                 int(max(b.n_id.size * feat.row_bytes + b.nbytes for b in batches) * 1.3))
+        bar.update(1)
     finally:
+        bar.close()
         topo.close()
         feat.close()
     positions = [sampler.positions[b.index] for b in batches]
@@ -269,9 +313,37 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
     caliex needs `pre` (from :func:`presample`); `split` overrides the tuner's topology share
     and `group` its sampling group (mini-batches a sampler thread samples together, sharing one
     topology fetch per hop; None: the one the tuner predicts fastest, its queue slots paid from
-    the cache budget).
+    the cache budget). `budget` may also be a byte count (int, or a string such as '512MiB').
+    `split` applies to the systems with two caches to split (caliex, ginex) and `group` to the
+    pipelined ones that sample in groups (caliex, memory); passing either to another system is
+    an error rather than silently ignored.
     """
     check_choice("system", name, SYSTEMS)
+    if not isinstance(ds, Dataset):
+        raise bad_value("ds", ds, "a Dataset from labkit.core.datasets.open_dataset('caliex', profile)")
+    if not isinstance(cfg, ModelConfig):
+        raise bad_value("cfg", cfg, "a labkit.disk.train.ModelConfig, e.g. ModelConfig.paper('sage')")
+    budget = as_budget(budget)
+    if split is not None:
+        if name not in ("caliex", "ginex"):
+            raise bad_value("split", split, f"None for system {name} (it has no caches to split; "
+                            "a split applies to caliex and ginex)")
+        check_range("split", split, 0.0, 1.0)
+        split = float(split)
+    if group is not None:
+        if name not in ("caliex", "memory"):
+            raise bad_value("group", group, f"None for system {name} (its stages run in turn; a "
+                            "sampling group applies to caliex and memory)")
+        check_range("group", group, 1, integer=True)
+        group = int(group)
+    if name == "caliex" and pre is None:
+        raise bad_value("pre", None, "the Presampled result of labkit.disk.system.presample(...)")
+    if pre is not None and not isinstance(pre, Presampled):
+        raise bad_value("pre", pre, "None or the Presampled result of labkit.disk.system.presample(...)")
+    check_range("samplers", samplers, 1, 64, integer=True)
+    check_range("superbatch", superbatch, 1, integer=True)
+    check_range("queue_depth", queue_depth, 1, integer=True)
+    samplers, superbatch, queue_depth = int(samplers), int(superbatch), int(queue_depth)
     labels = ds.array("labels", mmap=False)
     num_classes = int(ds.meta["num_classes"])
     info: dict = {}
@@ -289,8 +361,6 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
         slot = (0, 0)
         try:
             if name == "caliex":
-                if pre is None:
-                    raise bad_value("pre", None, "the Presampled result of labkit.disk.system.presample(...)")
                 groups = group_choices(pre) if group is None else [group]
                 prior = out_degree(ds)
                 # The plans that fill the caches come from all pre-sampled batches; the tuner's
@@ -322,7 +392,6 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
             else:
                 cache_bytes = 0
             if name in ("caliex", "ginex"):
-                check_range("split", split, 0.0, 1.0)
                 t_nodes, f_nodes = split_caches(split, cache_bytes, topo.indptr.size - 1, tplan, fplan)
                 topo.set_cache(t_nodes if t_nodes.size else None)
                 if name == "ginex":
@@ -349,16 +418,21 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
 
 
 def workload(profile: str = "ci", model: str = "sage", num_batches: int = 8, *, seed: int = 0,
-             budget_fraction: float = 0.15, presample_batches: int = 8, full_verify: bool = True):
+             budget_fraction: float = 0.15, presample_batches: int = 8, full_verify: bool = True,
+             progress: bool = False):
     """Return (dataset, model config, budget bytes, presample seeds, training seeds) for a profile.
 
     The budget is `budget_fraction` of the dataset's bytes (above 1 only makes sense for tiny
     graphs, where one mini-batch touches a third of the nodes). `full_verify=False` checks file
-    sizes only (for a child process whose parent already verified the checksums).
+    sizes only (for a child process whose parent already verified the checksums). `progress`
+    shows a bar if the dataset has to be built first.
     """
+    check_range("num_batches", num_batches, 1, integer=True)
+    check_range("presample_batches", presample_batches, 1, integer=True)
     check_range("budget_fraction", budget_fraction, 0.0, 100.0, lo_open=True)
-    ds = open_dataset("caliex", profile, full_verify=full_verify)
+    num_batches, presample_batches = int(num_batches), int(presample_batches)
     cfg = ModelConfig.paper(model)
+    ds = open_dataset("caliex", profile, full_verify=full_verify, progress=progress)
     train = ds.array("train", mmap=False)
     seeds = batch_seeds(train, cfg.batch_size, presample_batches + num_batches, seed)
     return ds, cfg, int(budget_fraction * dataset_bytes(ds)), seeds[:presample_batches], seeds[presample_batches:]

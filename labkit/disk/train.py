@@ -6,6 +6,7 @@ Layer ``i`` of an L-layer model runs on a prefix of the hop-ordered nodes and ed
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -14,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from labkit.core.errors import check_choice
+from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.disk.sampler import SampledBatch
 
 MODELS = ("sage", "gat")
@@ -33,6 +34,25 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         check_choice("model", self.name, MODELS)
+        fanouts = self.fanouts
+        if isinstance(fanouts, (str, bytes)) or not hasattr(fanouts, "__len__") or len(fanouts) == 0:
+            raise bad_value("fanouts", fanouts, "a non-empty sequence of neighbours per hop, e.g. (15, 10, 5)")
+        for f in fanouts:
+            check_range("fanouts[i]", f, 1, 1000, integer=True)
+        check_range("hidden", self.hidden, 1, integer=True)
+        check_range("heads", self.heads, 1, integer=True)
+        if self.name == "gat" and len(fanouts) > 1 and self.hidden % self.heads:
+            raise bad_value("hidden", self.hidden, f"a multiple of heads={self.heads} for gat "
+                            "(each head gets hidden // heads channels)")
+        check_range("batch_size", self.batch_size, 1, integer=True)
+        check_range("lr", self.lr, 0.0, lo_open=True)
+        if not math.isfinite(self.lr):
+            raise bad_value("lr", self.lr, "a finite number in (0, inf)")
+        # Frozen: normalise through object.__setattr__ (numpy scalars and lists become plain values).
+        object.__setattr__(self, "fanouts", tuple(int(f) for f in fanouts))
+        for k in ("hidden", "heads", "batch_size"):
+            object.__setattr__(self, k, int(getattr(self, k)))
+        object.__setattr__(self, "lr", float(self.lr))
 
     @classmethod
     def paper(cls, name: str) -> "ModelConfig":

@@ -25,6 +25,7 @@ import numpy as np
 
 from labkit.core.arrays import unique
 from labkit.core.directio import PAGE, DiskModel, extent_pages
+from labkit.core.errors import bad_value, check_range
 from labkit.disk.plans import CachePlan
 from labkit.disk.sampler import SampledBatch
 from labkit.disk.store import entry_rows
@@ -72,9 +73,14 @@ class Tuner:
                  topo_plan: CachePlan, feat_plan: CachePlan, profile: StageProfile, cache_bytes: int,
                  *, pipelined: bool = True, max_request: int = 256 << 10, sweep_request: int = 1 << 20,
                  group: int = 1, positions: list[list[np.ndarray]] | None = None) -> None:
-        if not 1 <= group <= max(1, len(batches)):
-            raise ValueError(f"group={group} is not accepted; expected 1 to {max(1, len(batches))} "
+        if len(batches) == 0:
+            raise bad_value("batches", batches, "at least one pre-sampled SampledBatch")
+        check_range("group", group, 1, integer=True)
+        if group > len(batches):
+            raise ValueError(f"group={group} is not accepted; expected 1 to {len(batches)} "
                              "(the number of pre-sampled batches the tuner scores)")
+        check_range("cache_bytes", cache_bytes, 0, integer=True)
+        check_range("row_bytes", row_bytes, 1, integer=True)
         self.batches, self.indptr, self.row_bytes = batches, indptr, row_bytes
         self.group = int(group)
         if positions is not None and len(positions) != len(batches):
@@ -132,7 +138,8 @@ class Tuner:
         return self._topo_memo[cached]
 
     def predict(self, f: float) -> dict:
-        """Return predicted seconds per batch for topology share `f`: stages, total, hit rates."""
+        """Return predicted seconds per batch for topology share `f` (0 to 1): stages, total, hit rates."""
+        check_range("f", f, 0.0, 1.0)
         t_nodes, f_nodes = split_caches(f, self.cache_bytes, self.num_nodes, self.topo_plan, self.feat_plan)
         in_t = np.zeros(self.num_nodes, bool)
         in_t[t_nodes] = True
@@ -180,6 +187,8 @@ class Tuner:
     def curve(self, fs=None) -> list[dict]:
         """Return predictions over a grid of topology shares (default 0, 0.05, ..., 1)."""
         fs = np.linspace(0, 1, 21) if fs is None else fs
+        if isinstance(fs, (str, bytes)) or not hasattr(fs, "__iter__"):
+            raise bad_value("fs", fs, "None or a sequence of topology shares in [0, 1]")
         return [self.predict(float(f)) for f in fs]
 
     def best(self, fs=None, tolerance: float = 0.01) -> tuple[float, list[dict]]:
@@ -189,7 +198,10 @@ class Tuner:
         (training-bound runs give a flat curve); among them the one that asks least of the
         disk and the CPU (sample + gather + their CPU) wins, as it leaves most for training.
         """
+        check_range("tolerance", tolerance, 0.0)
         c = self.curve(fs)
+        if not c:
+            raise bad_value("fs", fs, "None or at least one topology share in [0, 1]")
         lo = min(p["total"] for p in c)
         near = [p for p in c if p["total"] <= lo * (1 + tolerance)]
         pick = min(near, key=lambda p: (p["sample"] + p["gather"] + p["cpu_other"], p["f"]))

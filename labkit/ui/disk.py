@@ -5,14 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 STAGE_COLORS = {"sample": "#1f77b4", "gather": "#ff7f0e", "train": "#2ca02c"}
+HIT_COLORS = {"topology": "#9467bd", "features": "#8c564b"}
+READ_COLORS = {"topology": "#9467bd", "features": "#8c564b", "needed": "#7f7f7f"}
 
 
 def split_explorer(ds, cfg, pre, seeds, *, budget_mib: tuple[int, int, int], split: float = 0.5):
     """Return ``(view, fig, state)``: sliders for the budget (MiB) and topology share; each change
-    builds a CaliEX system with that budget and split, trains one mini-batch and shows its stage
-    times, hit rates and bytes read. ``state.result`` holds the last run's metrics."""
+    builds a CaliEX system with that budget and split, trains one mini-batch and shows, side by
+    side, its stage times, its cache hit rates and the MiB it read from disk (per cache, against
+    the MiB its misses needed). ``state.result`` holds the last run's metrics."""
     import ipywidgets as W
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
     from labkit.core.memory import MemoryBudget
     from labkit.disk.system import open_system
@@ -21,17 +25,23 @@ def split_explorer(ds, cfg, pre, seeds, *, budget_mib: tuple[int, int, int], spl
     lo, hi, value = budget_mib
     controls = {"budget MiB": W.IntSlider(value=value, min=lo, max=hi, step=max(1, (hi - lo) // 20)),
                 "topology share": W.FloatSlider(value=split, min=0.0, max=1.0, step=0.05)}
-    fig = go.FigureWidget(go.Bar(x=list(STAGE_COLORS), y=[0, 0, 0], marker_color=list(STAGE_COLORS.values())))
-    fig.update_layout(height=320, yaxis_title="busy seconds per mini-batch", margin=dict(t=60))
+    base = make_subplots(rows=1, cols=3, column_widths=[0.4, 0.3, 0.3], horizontal_spacing=0.1,
+                         subplot_titles=("busy s per mini-batch", "cache hit rate", "MiB read from disk"))
+    fig = go.FigureWidget(base)
+    fig.add_bar(x=list(STAGE_COLORS), y=[0, 0, 0], marker_color=list(STAGE_COLORS.values()), name="stages",
+                row=1, col=1)
+    fig.add_bar(x=list(HIT_COLORS), y=[0, 0], marker_color=list(HIT_COLORS.values()), name="hit rate",
+                row=1, col=2)
+    fig.add_bar(x=list(READ_COLORS), y=[0, 0, 0], marker_color=list(READ_COLORS.values()), name="MiB read",
+                row=1, col=3)
+    fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=2)
+    fig.update_layout(height=340, showlegend=False, margin=dict(t=80))
     calls = {"n": 0}
 
     def update(fig, values) -> dict:
-        from labkit.core.memory import BudgetExceeded
-        try:
-            s = open_system("caliex", ds, MemoryBudget(int(values["budget MiB"]) << 20), cfg, pre=pre,
-                            split=float(values["topology share"]))
-        except BudgetExceeded as e:
-            raise ValueError(str(e)) from None
+        # A budget too small (BudgetExceeded) is shown on the figure by slider_plot, not raised.
+        s = open_system("caliex", ds, MemoryBudget(int(values["budget MiB"]) << 20), cfg, pre=pre,
+                        split=float(values["topology share"]))
         try:
             k = calls["n"] % len(seeds)
             calls["n"] += 1
@@ -40,6 +50,9 @@ def split_explorer(ds, cfg, pre, seeds, *, budget_mib: tuple[int, int, int], spl
         finally:
             s.close()
         fig.data[0].y = [r.busy[st] / r.batches for st in STAGE_COLORS]
+        fig.data[1].y = [m["hit_rate_topology"], m["hit_rate_features"]]
+        fig.data[2].y = [m.get("bytes_read_topology", 0) / 2**20, m.get("bytes_read_features", 0) / 2**20,
+                         m["bytes_needed"] / 2**20]
         fig.layout.title = (f"hit rate topology {m['hit_rate_topology']:.0%}, features {m['hit_rate_features']:.0%}; "
                             f"read {m['bytes_read'] / 2**20:.0f} MiB ({m['read_amplification']:.1f}x needed); "
                             f"{r.per_batch:.2f} s/batch")
@@ -47,6 +60,42 @@ def split_explorer(ds, cfg, pre, seeds, *, budget_mib: tuple[int, int, int], spl
             f"{st}_s": r.busy[st] / r.batches for st in STAGE_COLORS}}
 
     return slider_plot(controls, update, fig, title="CaliEX: budget and topology/feature split")
+
+
+def run_system(name: str, ds, budget, cfg, seeds, *, pre=None, split: float | None = None,
+               progress: bool = True, label: str | None = None, **kwargs):
+    """Build system `name`, train it on `seeds`, close it; return ``(stats, metrics, system)``.
+
+    With `progress` (the default here: this is the notebook's helper) a tqdm.auto bar shows the
+    system being opened (for CaliEX: tuning and filling the caches) and then one tick per trained
+    mini-batch. The tick rides on the trainer's ``step`` of this one system, so the schedule is the
+    one the bench times; the bench itself never calls this. `kwargs` go to
+    :func:`labkit.disk.system.open_system` (`budget` may be a MemoryBudget or a byte count).
+    """
+    from labkit.disk.system import open_system, progress_bar
+
+    label = label or (name if split is None else f"{name} split={split:g}")
+    bar = progress_bar(len(seeds), f"{label}: opening", progress)
+    try:
+        s = open_system(name, ds, budget, cfg, pre=pre, split=split, **kwargs)
+        try:
+            if progress:
+                step = s.trainer.step
+
+                def counted(*a, **k):
+                    out = step(*a, **k)
+                    bar.update(1)
+                    return out
+                s.trainer.step = counted
+            bar.set_description(f"{label}: training")
+            r = s.run(seeds)
+            bar.set_description(f"{label}: {r.per_batch:.2f} s/batch")
+            return r, s.metrics(), s
+        finally:
+            s.trainer.__dict__.pop("step", None)
+            s.close()
+    finally:
+        bar.close()
 
 
 def tuner_figure(curve: list[dict], measured: dict[float, float] | None = None, tuned: float | None = None) -> Any:

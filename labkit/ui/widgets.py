@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from labkit.core.errors import LabkitError
+
 
 @dataclass
 class SliderState:
@@ -25,12 +27,27 @@ class SliderState:
             with self.fig.batch_update():
                 self.result = self.update(self.fig, dict(self.values))
             self.error = None
-        except ValueError as exc:
-            # Bad combinations of slider values are shown, not raised into the widget callback.
-            self.error = str(exc)
-            _set_title_note(self.fig, f"error: {exc}")
+        except SHOWN_ERRORS as exc:
+            # Bad combinations of slider values are shown, not raised into the widget callback
+            # (where ipywidgets would log them out of sight and leave a stale figure).
+            self.error = _message(exc)
+            _set_title_note(self.fig, f"error: {self.error}")
         self.updates += 1
         return self.result
+
+
+#: What a slider update may raise for a bad combination of values: the project's own errors
+#: (LabkitError: BudgetExceeded, which is also a MemoryError, StoreError, DatasetError, ...),
+#: bad values (ValueError), an index or key out of range, or memory running out.
+SHOWN_ERRORS = (ValueError, LabkitError, MemoryError, LookupError)
+
+
+def _message(exc: BaseException) -> str:
+    """One line: the message, prefixed by the error's type unless it is a ValueError or LabkitError."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, (ValueError, LabkitError)) and text:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _set_title_note(fig: Any, text: str) -> None:

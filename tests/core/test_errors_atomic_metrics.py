@@ -20,6 +20,24 @@ def test_check_choice_and_range_messages():
     assert check_range("n", 4, 1, 64, integer=True) == 4
 
 
+def test_check_range_accepts_numpy_scalars_and_refuses_bools_and_nan():
+    import numpy as np
+
+    assert check_range("n", np.int64(8), 1, 64, integer=True) == 8
+    assert check_range("n", np.int32(1), 1, 64, integer=True) == 1
+    assert check_range("x", np.float32(0.5), 0, 1) == 0.5
+    assert check_range("n", np.float64(4.0), 1, 64, integer=True) == 4  # whole-valued floats pass
+    with pytest.raises(ValueError, match=r"^n=100 is not accepted; expected an integer in \[1, 64\]$"):
+        check_range("n", np.int64(100), 1, 64, integer=True)  # the plain value, not np.int64(100)
+    with pytest.raises(ValueError, match="^x=nan is not accepted"):
+        check_range("x", np.float64("nan"), 0, 1)
+    with pytest.raises(ValueError, match="n=2.5"):
+        check_range("n", np.float64(2.5), 1, 64, integer=True)
+    for bad in (True, np.bool_(True), "3", None, np.array([1, 2]), math.inf):
+        with pytest.raises(ValueError, match="^n=.* is not accepted; expected an integer"):
+            check_range("n", bad, 1, 64, integer=True)
+
+
 def test_atomic_write_keeps_old_file_on_failure(tmp_path):
     p = tmp_path / "f.json"
     atomic_write_json(p, {"a": 1})

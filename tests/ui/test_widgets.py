@@ -5,6 +5,9 @@ import ipywidgets as W
 import plotly.graph_objects as go
 import pytest
 
+from labkit.core.datasets import DatasetError
+from labkit.core.errors import LabkitError
+from labkit.core.memory import BudgetExceeded
 from labkit.ui import Dashboard, slider_plot
 
 
@@ -35,6 +38,45 @@ def test_slider_plot_shows_bad_values_instead_of_raising():
     _, _, state = slider_plot({"k": s}, update, fig)
     s.value = 0
     assert state.error and "k=0" in fig.layout.title.text
+
+
+@pytest.mark.parametrize("exc, shown", [
+    (lambda: BudgetExceeded("budget=3 MiB is too small for caliex"), "budget=3 MiB is too small for caliex"),
+    (lambda: DatasetError("manifest.json is missing"), "manifest.json is missing"),
+    (lambda: LabkitError("store closed"), "store closed"),
+    (lambda: IndexError("index 5 is out of bounds"), "IndexError: index 5 is out of bounds"),
+    (lambda: KeyError("k"), "KeyError: 'k'"),
+    (lambda: MemoryError(), "MemoryError"),
+])
+def test_slider_plot_shows_labkit_and_lookup_errors(exc, shown):
+    fig = go.FigureWidget()
+    fig.add_scatter(x=[0], y=[0])
+    s = W.IntSlider(value=1, min=0, max=3)
+
+    def update(f, v):
+        if v["k"] == 0:
+            raise exc()
+        f.data[0].y = [v["k"]]
+        return v["k"]
+
+    _, _, state = slider_plot({"k": s}, update, fig)
+    s.value = 0  # raised inside the widget callback: shown, not propagated
+    assert state.error == shown and fig.layout.title.text == f"error: {shown}" and state.updates == 2
+    s.value = 2  # a good value afterwards clears the error and redraws
+    assert state.error is None and tuple(fig.data[0].y) == (2,) and state.result == 2
+
+
+def test_slider_plot_still_raises_programming_errors():
+    fig = go.FigureWidget()
+    s = W.IntSlider(value=1, min=0, max=3)
+
+    def update(f, v):
+        if v["k"] == 0:
+            raise TypeError("bug")
+
+    _, _, state = slider_plot({"k": s}, update, fig)
+    with pytest.raises(TypeError, match="bug"):
+        state.controls["k"].value = 0
 
 
 def test_slider_plot_rejects_non_widgets():
