@@ -6,7 +6,7 @@ from typing import Callable
 
 import numpy as np
 
-from labkit.core.errors import bad_value
+from labkit.core.errors import bad_value, check_range
 from labkit.ui.widgets import slider_plot
 
 
@@ -20,6 +20,7 @@ def partition_explorer(csr, csc=None, *, max_parts: int = 16, seed: int = 0):
 
     from labkit.graph.partition import partition
 
+    check_range("max_parts", max_parts, 1, 1024, integer=True)
     csc = csr.reverse() if csc is None else csc
     fig = go.FigureWidget(data=[go.Bar(name="vertices", x=[], y=[]), go.Bar(name="out-edges", x=[], y=[])],
                           layout=go.Layout(barmode="group", height=320, yaxis_title="share of total",
@@ -36,7 +37,8 @@ def partition_explorer(csr, csc=None, *, max_parts: int = 16, seed: int = 0):
                             f"edge balance {p.edge_balance:.2f}")
         return {"edge_cut": p.edge_cut, "balance": p.balance, "edge_balance": p.edge_balance}
 
-    controls = {"partitions": W.IntSlider(value=4, min=1, max=max_parts, description="partitions"),
+    controls = {"partitions": W.IntSlider(value=min(4, int(max_parts)), min=1, max=int(max_parts),
+                                         description="partitions"),
                 "method": W.Dropdown(options=["hash", "ldg", "fennel"], value="hash", description="method")}
     return slider_plot(controls, update, fig, title="Partitioning: edge cut vs balance")
 

@@ -61,3 +61,11 @@ def test_cache_reserves_its_bytes(csr):
     assert budget.used >= cache.nbytes and cache.reservation is not None
     with pytest.raises(BudgetExceeded, match="importance cache"):
         NeighborCache.build(csr, plan, np.zeros((csr.num_nodes, 512), np.float32), budget=MemoryBudget("64KiB"))
+
+
+def test_partition_explorer_names_a_bad_max_parts(csr):
+    from labkit.ui.graph import partition_explorer
+    with pytest.raises(ValueError, match=r"max_parts=0 is not accepted"):
+        partition_explorer(csr, max_parts=0)
+    view, fig, state = partition_explorer(csr, max_parts=2)
+    assert state.controls["partitions"].value == 2 and len(fig.data[0].x) == 2
