@@ -378,3 +378,83 @@ def update_benchmarks_md(path: str, key: str, markdown: str, *, top: bool = Fals
 def load_json(path: str) -> Any:
     with open(path) as fh:
         return json.load(fh)
+
+
+@dataclass
+class Recorded:
+    """One system's section of BENCHMARKS.md as the harness last wrote it: when, its claims, its notes.
+
+    Notebooks show this instead of quoting numbers in their prose, so what a reader sees is always
+    the latest recorded run (``labkit bench SYSTEM --profile small --record``), misses included.
+    """
+
+    system: str
+    profile: str
+    run: str                      # the "Run ..." line: date, duration, machine
+    claims: list[dict]            # id, claim, measured, target, verdict (as written)
+    notes: list[str]              # the harness's notes under the tables (why a claim missed, anchors)
+    path: str = ""
+
+    def notes_for(self, claim_id: str) -> list[str]:
+        """The notes that explain `claim_id`: those naming it and those that start with its topic.
+
+        The topic is the first word after the system prefix: ``cache`` for
+        ``graph.cache_epoch_speedup`` (its note starts "cache: ..."), ``interleave`` for
+        ``recsys.interleave_speedup`` (a note starting "Interleaving ..." counts).
+        """
+        topic = claim_id.split(".", 1)[-1].split("_")[0].rstrip("e")  # "interleave" -> "interleav"
+        return [n for n in self.notes if claim_id in n or n.lower().startswith(topic)]
+
+    def _repr_markdown_(self) -> str:
+        rows = ["| claim | measured | target | verdict |", "|---|---|---|---|"]
+        for c in self.claims:
+            v = f"**{c['verdict']}**" if c["verdict"] == "miss" else c["verdict"]
+            rows.append(f"| `{c['id']}`: {c['claim']} | {c['measured']} | {c['target']} | {v} |")
+        out = [f"**Recorded in BENCHMARKS.md** (`labkit bench {self.system} --profile {self.profile}`). "
+               f"{self.run}", "", *rows]
+        why = []
+        for c in self.claims:
+            if not c["verdict"].startswith("pass"):  # a miss, or not measured
+                why += [f"- {n}" for n in self.notes_for(c["id"]) if f"- {n}" not in why]
+        return "\n".join(out + ([""] + why if why else []))
+
+
+def _benchmarks_path() -> str:
+    from pathlib import Path
+    return str(Path(__file__).resolve().parents[2] / "BENCHMARKS.md")
+
+
+def recorded(system: str, profile: str = "small", path: str | None = None) -> Recorded:
+    """Read `system`'s section of BENCHMARKS.md (the clone's, unless `path`): claims and notes.
+
+    Raises ValueError naming the system when the file has no such section (not benched and
+    recorded at that profile yet).
+    """
+    from pathlib import Path
+
+    from labkit.catalog import NAMES
+    check_choice("system", system, NAMES)
+    profile = check_profile(profile)
+    p = Path(path or _benchmarks_path())
+    text = p.read_text(encoding="utf-8") if p.exists() else ""
+    b, e = BEGIN.format(key=f"{system}:{profile}"), END.format(key=f"{system}:{profile}")
+    if b not in text or e not in text:
+        raise ValueError(f"system={system!r} has no section for profile {profile} in {p}; record one with "
+                         f"`labkit bench {system} --profile {profile} --record`")
+    body = text.split(b, 1)[1].split(e, 1)[0]
+    lines = body.strip().splitlines()
+    run = next((ln for ln in lines if ln.startswith("Run ")), "")
+    claims, notes, in_claims = [], [], False
+    for ln in lines:
+        if ln.startswith("**Claims**"):
+            in_claims = True
+        elif ln.startswith("**") and in_claims:
+            in_claims = False
+        elif in_claims and ln.startswith("| `"):
+            cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+            if len(cells) >= 6:
+                claims.append({"id": cells[0].strip("`"), "claim": cells[1], "paper": cells[2],
+                               "measured": cells[3], "target": cells[4], "verdict": cells[5]})
+        elif ln.startswith("- "):
+            notes.append(ln[2:])
+    return Recorded(system, profile, run, claims, notes, str(p))

@@ -109,3 +109,27 @@ def test_claims_section_goes_to_the_top(tmp_path):
     update_benchmarks_md(str(p), "claims:small", "claims table", top=True)
     text = p.read_text()
     assert text.index("claims table") < text.index("system table")
+
+
+def test_recorded_reads_back_what_the_harness_wrote(tmp_path):
+    """A notebook's "recorded" table is the harness's own section of BENCHMARKS.md, misses explained."""
+    from labkit.core.bench import recorded
+    claims = [Claim("spmm.fast", "fast enough", "2x", 1.5), Claim("spmm.slow", "also fast", "3x", 3.0),
+              Claim("spmm.gpu", "on a GPU", "1.7x", 1.5)]
+    b = Bench("spmm", "small", claims, progress=False)
+    b.measure("spmm.fast", 2.0)
+    b.measure("spmm.slow", 2.5)
+    b.note("spmm.slow: it needs 0.1 s per batch and training alone takes 0.12 s")
+    b.note("an unrelated note about the machine")
+    md = tmp_path / "B.md"
+    update_benchmarks_md(str(md), "spmm:small", b.report().to_markdown())
+    r = recorded("spmm", "small", path=str(md))
+    assert [(c["id"], c["measured"], c["verdict"]) for c in r.claims] == [
+        ("spmm.fast", "2", "pass"), ("spmm.slow", "2.5", "miss"), ("spmm.gpu", "-", "not measured")]
+    assert r.run.startswith("Run ") and len(r.notes) == 2
+    text = r._repr_markdown_()
+    assert "**miss**" in text and "training alone takes 0.12 s" in text and "unrelated" not in text
+    with pytest.raises(ValueError, match=r"system='graph' has no section for profile small"):
+        recorded("graph", "small", path=str(md))
+    with pytest.raises(ValueError, match=r"system='nosuch' is not accepted"):
+        recorded("nosuch")
