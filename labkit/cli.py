@@ -260,7 +260,7 @@ def _data(args: argparse.Namespace) -> int:
             print(f"{'':<16} profiles: {', '.join(s.profiles)}; built: {', '.join(built) or 'none'}"
                   f" ({dataset_dir(s.name, 'ci').parent})")
         return 0
-    ds = make_dataset(args.name, args.profile, force=args.force)
+    ds = make_dataset(args.name, args.profile, force=args.force, progress=True)  # stages on stderr
     print(f"{ds.name} ({ds.profile}): {fmt_bytes(ds.nbytes)} in {ds.dir}")
     return 0
 
