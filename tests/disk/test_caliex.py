@@ -19,11 +19,6 @@ from labkit.disk.system import SYSTEMS, open_system, presample, workload
 
 
 @pytest.fixture(scope="module")
-def ds():
-    return open_dataset("caliex", "ci")
-
-
-@pytest.fixture(scope="module")
 def pre(ds):
     _, cfg, budget, pseeds, _ = workload("ci", "sage", 2, budget_fraction=2.0, presample_batches=2)
     return presample(ds, cfg, pseeds, MemoryBudget(budget))

@@ -7,16 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from labkit.core.datasets import open_dataset
 from labkit.core.memory import MemoryBudget
 from labkit.disk.sampler import batch_seeds
 from labkit.disk.system import holdout_tuner, open_system, presample, workload
 from labkit.disk.train import ModelConfig
-
-
-@pytest.fixture(scope="module")
-def ds():
-    return open_dataset("caliex", "ci")
 
 
 @pytest.fixture(scope="module")
