@@ -27,6 +27,7 @@ import numpy as np
 from labkit.core.atomic import atomic_write_json
 from labkit.core.errors import LabkitError, bad_value
 from labkit.core.profiles import check_profile
+from labkit.core.progress import StageBar
 
 MANIFEST = "manifest.json"
 _CHUNK = 8 << 20
@@ -305,28 +306,6 @@ def dataset_dir(name: str, profile: str, root: Path | None = None) -> Path:
     return Path(root or data_root()) / name / profile
 
 
-class _Stages:
-    """A one-line progress display of a build's stages (tqdm.auto), or nothing when disabled."""
-
-    def __init__(self, title: str, stages: tuple[str, ...], enabled: bool) -> None:
-        self.title, self.stages, self.i = title, stages, 0
-        self.bar = None
-        if enabled:
-            from tqdm.auto import tqdm
-            self.bar = tqdm(total=len(stages), desc=f"{title}: {stages[0]}", leave=True)
-
-    def next(self) -> None:
-        if self.bar is not None:
-            self.i += 1
-            self.bar.update(1)
-            if self.i < len(self.stages):
-                self.bar.set_description(f"{self.title}: {self.stages[self.i]}")
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = None, force: bool = False,
                  params: dict | None = None, progress: bool = False) -> Dataset:
     """Build dataset `name` at `profile` unless a valid copy exists; `force` rebuilds and swaps it in.
@@ -353,7 +332,7 @@ def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
         raise DatasetError(f"cannot create a dataset under {final.parent} ({exc.strerror}); set LABKIT_DATA "
                            "to a writable folder") from None
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; a built dataset is as shareable as any folder
-    stages = _Stages(f"building {name}/{profile}", ("generating", "hashing", "committing"), progress)
+    stages = StageBar(f"building {name}/{profile}", ("generating", "hashing", "committing"), progress)
     try:
         w = DatasetWriter(tmp, spec, profile, p)
         spec.builder(w, p)

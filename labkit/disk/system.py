@@ -27,6 +27,7 @@ from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.core.machine import cores as machine_cores
 from labkit.core.machine import release_free_memory
 from labkit.core.memory import BudgetExceeded, MemoryBudget, fmt_bytes, parse_bytes
+from labkit.core.progress import progress_bar
 from labkit.disk import plans
 from labkit.disk.pipeline import RunStats, run_pipelined, run_serial, run_superbatch
 from labkit.disk.sampler import NeighborSampler, SampledBatch, batch_seeds
@@ -51,25 +52,6 @@ def as_budget(budget) -> MemoryBudget:
     if isinstance(budget, (numbers.Real, str)) and not isinstance(budget, bool):
         return MemoryBudget(parse_bytes(budget, "budget"))
     raise bad_value("budget", budget, "a MemoryBudget, or a byte count such as 1048576 or '512MiB'")
-
-
-def progress_bar(total: int, desc: str, enabled: bool):
-    """A tqdm.auto bar when `enabled`, else a stand-in that does nothing (tqdm is not even imported)."""
-    if not enabled:
-        return _NoBar()
-    from tqdm.auto import tqdm
-    return tqdm(total=total, desc=desc, leave=True)
-
-
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def set_description(self, desc: str) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 @dataclass

@@ -149,8 +149,8 @@ def train_sage_nodeloader(g, epochs: int = 2, fanouts=(10, 5), batch_size: int =
     the training batches (off by default).
     """
     from torch_geometric.loader import NodeLoader
-    from tqdm.auto import tqdm
 
+    from labkit.core.progress import progress_bar
     from labkit.graph.store import LocalStore
     from labkit.graph.train import SAGE
 
@@ -169,8 +169,7 @@ def train_sage_nodeloader(g, epochs: int = 2, fanouts=(10, 5), batch_size: int =
     model = SAGE(g.features.shape[1], int(hidden), g.num_classes, num_layers=len(fanouts))
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses: list[float] = []
-    with tqdm(total=int(epochs) * len(loader), unit="batch", desc="GraphSAGE (NodeLoader)",
-              disable=not progress) as bar:
+    with progress_bar(int(epochs) * len(loader), "GraphSAGE (NodeLoader)", progress, unit="batch") as bar:
         for _ in range(int(epochs)):
             model.train()
             for b in loader:

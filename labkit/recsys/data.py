@@ -19,6 +19,7 @@ import numpy as np
 
 from labkit.core.atomic import atomic_write_json
 from labkit.core.errors import LabkitError, bad_value, check_choice, check_range
+from labkit.core.progress import progress_bar
 
 POOLINGS = ("sum", "mean")
 OUT_OF_RANGE = ("refuse", "hash")
@@ -397,8 +398,7 @@ def read_criteo_tsv(path: str | os.PathLike, specs: Sequence[FieldSpec] | None =
     stats = stats if stats is not None else ReadStats()
     path = Path(path)
     total = path.stat().st_size
-    from tqdm.auto import tqdm
-    bar = tqdm(total=total, unit="B", unit_scale=True, desc=path.name, disable=not progress)
+    bar = progress_bar(total, path.name, progress, unit="B", unit_scale=True)
     try:
         yield from _tsv_batches(path, specs, batch_size, on_error, stats, bar)
     finally:
@@ -472,8 +472,7 @@ def read_criteo_parquet(path: str | os.PathLike, specs: Sequence[FieldSpec] | No
     for n in names:
         if n not in have:
             raise ValueError(f"field spec does not match the data: column {n!r} is missing from {Path(path).name}")
-    from tqdm.auto import tqdm
-    bar = tqdm(total=pf.metadata.num_rows, unit="rows", desc=Path(path).name, disable=not progress)
+    bar = progress_bar(pf.metadata.num_rows, Path(path).name, progress, unit="rows")
     try:
         yield from _parquet_batches(pf, Path(path), specs, names, batch_size, on_error, stats, bar)
     finally:

@@ -72,7 +72,8 @@ def run_system(name: str, ds, budget, cfg, seeds, *, pre=None, split: float | No
     one the bench times; the bench itself never calls this. `kwargs` go to
     :func:`labkit.disk.system.open_system` (`budget` may be a MemoryBudget or a byte count).
     """
-    from labkit.disk.system import open_system, progress_bar
+    from labkit.core.progress import progress_bar
+    from labkit.disk.system import open_system
 
     label = label or (name if split is None else f"{name} split={split:g}")
     bar = progress_bar(len(seeds), f"{label}: opening", progress)
