@@ -37,7 +37,7 @@ def _port(text: str) -> int:
 def _output(arg: str, path: str, *, replace: bool = True, markdown: bool = False) -> None:
     """Check an output path before any work starts, so a bad one costs a second, not a bench."""
     p = Path(path)
-    where = p.parent if str(p.parent) else Path(".")
+    where = p.parent
     if p.is_dir():
         raise LabkitError(f"{arg}={path!r} is not accepted; it is a folder, expected a file path")
     if not where.is_dir():
@@ -52,6 +52,14 @@ def _output(arg: str, path: str, *, replace: bool = True, markdown: bool = False
                               f"text file ({type(exc).__name__})") from None
     elif p.exists() and not replace:
         raise LabkitError(f"{arg}={path!r} already exists; pass --force to replace it, or choose a new path")
+
+
+def _write(arg: str, path: str, write) -> None:
+    """Run `write()` (an atomic write of `path`); an OSError becomes one line naming `arg`."""
+    try:
+        write()
+    except OSError as exc:
+        raise LabkitError(f"{arg}={path!r} could not be written: {exc.strerror or exc}") from None
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
@@ -165,9 +173,10 @@ def _bench(args: argparse.Namespace) -> int:
     report = system.run_bench(args.profile, progress=not args.quiet)
     print(report.to_markdown())
     if args.json:
-        write_json(report, args.json)
+        _write("--json", args.json, lambda: write_json(report, args.json))
     if args.record:
-        update_benchmarks_md(args.record, f"{args.system}:{args.profile}", report.to_markdown())
+        _write("--record", args.record,
+               lambda: update_benchmarks_md(args.record, f"{args.system}:{args.profile}", report.to_markdown()))
         print(f"recorded in {args.record}", file=sys.stderr)
     return 0
 
@@ -238,12 +247,15 @@ def _reproduce(args: argparse.Namespace) -> int:
     for f in failures:
         print(f"bench failed: {f}", file=sys.stderr)
     if args.json:
-        write_json(reports, args.json)
+        _write("--json", args.json, lambda: write_json(reports, args.json))
     if args.record:
-        update_benchmarks_md(args.record, f"claims:{args.profile}",
-                             f"## Claims table (`labkit reproduce --profile {args.profile}`)\n\n{table}\n", top=True)
-        for rep in reports:
-            update_benchmarks_md(args.record, f"{rep.system}:{rep.profile}", rep.to_markdown())
+        def record():
+            update_benchmarks_md(args.record, f"claims:{args.profile}",
+                                 f"## Claims table (`labkit reproduce --profile {args.profile}`)\n\n{table}\n",
+                                 top=True)
+            for rep in reports:
+                update_benchmarks_md(args.record, f"{rep.system}:{rep.profile}", rep.to_markdown())
+        _write("--record", args.record, record)
     return 1 if failures else 0
 
 
@@ -301,8 +313,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`labkit data list | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except OSError as exc:  # a path the user gave (or LABKIT_DATA) that the system refused
-        where = f" ({exc.filename})" if exc.filename else ""
+    except OSError as exc:
+        if args.cmd != "data":  # inside a bench an OSError is a fault to debug: keep its traceback
+            raise
+        where = f" ({exc.filename})" if exc.filename else ""  # a dataset path or LABKIT_DATA refused
         print(f"labkit: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
     return 0  # pragma: no cover

@@ -23,7 +23,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb", *, overwrite: bool = 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, mode) as fh:
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())

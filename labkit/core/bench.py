@@ -360,7 +360,7 @@ def update_benchmarks_md(path: str, key: str, markdown: str, *, top: bool = Fals
 
     from labkit.core.atomic import atomic_write_text
     p = Path(path)
-    text = p.read_text() if p.exists() else "# Benchmarks\n\nWritten by `labkit bench ... --record`; do not edit sections by hand.\n"
+    text = p.read_text(encoding="utf-8") if p.exists() else "# Benchmarks\n\nWritten by `labkit bench ... --record`; do not edit sections by hand.\n"
     b, e = BEGIN.format(key=key), END.format(key=key)
     block = f"{b}\n{markdown.rstrip()}\n{e}"
     if b in text and e in text:

@@ -37,18 +37,12 @@ def check_range(arg: str, value: Any, lo: float | None = None, hi: float | None 
     Any real number is accepted (Python's or numpy's scalars, e.g. ``np.int64(8)``), but not a
     bool and not NaN; with `integer`, a whole-valued float such as ``4.0`` passes too.
     """
-    lb = "(" if lo_open else "["
-    rb = ")" if hi_open else "]"
-    kind = "an integer" if integer else "a number"
-    accepted = f"{kind} in {lb}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{rb}"
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # np.bool_ is not Real
-        raise bad_value(arg, value, accepted)
-    if value != value:  # NaN
-        raise bad_value(arg, value, accepted)
-    if integer and not isinstance(value, numbers.Integral) and not float(value).is_integer():
-        raise bad_value(arg, value, accepted)
-    if lo is not None and (value < lo or (lo_open and value == lo)):
-        raise bad_value(arg, value, accepted)
-    if hi is not None and (value > hi or (hi_open and value == hi)):
-        raise bad_value(arg, value, accepted)
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)  # np.bool_ is not Real
+            or value != value  # NaN
+            or (integer and not isinstance(value, numbers.Integral) and not float(value).is_integer())
+            or (lo is not None and (value < lo or (lo_open and value == lo)))
+            or (hi is not None and (value > hi or (hi_open and value == hi)))):
+        lb, rb = "(" if lo_open else "[", ")" if hi_open else "]"
+        kind = "an integer" if integer else "a number"
+        raise bad_value(arg, value, f"{kind} in {lb}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{rb}")
     return value

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 import threading
 from typing import Any
@@ -16,9 +18,8 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20,
 
 def parse_bytes(value: int | float | str, arg: str = "size") -> int:
     """Return a byte count from an int or a string like '512MiB', '1.5 GiB', '200mb'."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0:
-        return int(value)
-    if isinstance(value, float) and value >= 0 and value == value:
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and value >= 0 \
+            and math.isfinite(value):  # Python's or numpy's ints and floats
         return int(value)
     if isinstance(value, str):
         m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)

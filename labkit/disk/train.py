@@ -37,8 +37,8 @@ class ModelConfig:
         fanouts = self.fanouts
         if isinstance(fanouts, (str, bytes)) or not hasattr(fanouts, "__len__") or len(fanouts) == 0:
             raise bad_value("fanouts", fanouts, "a non-empty sequence of neighbours per hop, e.g. (15, 10, 5)")
-        for f in fanouts:
-            check_range("fanouts[i]", f, 1, 1000, integer=True)
+        for i, f in enumerate(fanouts):
+            check_range(f"fanouts[{i}]", f, 1, 1000, integer=True)
         check_range("hidden", self.hidden, 1, integer=True)
         check_range("heads", self.heads, 1, integer=True)
         if self.name == "gat" and len(fanouts) > 1 and self.hidden % self.heads:

@@ -417,6 +417,7 @@ def _topk(indptr, weights, rows, k):
         d = indptr[rows[i] + 1] - indptr[rows[i]]
         ptr[i + 1] = ptr[i] + min(d, k)
     eid = np.empty(ptr[-1], np.int64)
+    nan = np.zeros(n, np.bool_)  # rows whose ranking met a NaN weight (the caller raises)
     for i in prange(n):
         v = rows[i]
         lo, hi = indptr[v], indptr[v + 1]
@@ -425,10 +426,14 @@ def _topk(indptr, weights, rows, k):
             for j in range(c):
                 eid[ptr[i] + j] = lo + j
         else:
-            order = np.argsort(-weights[lo:hi], kind="mergesort")[:c]
+            w = weights[lo:hi]
+            for j in range(hi - lo):
+                if np.isnan(w[j]):
+                    nan[i] = True
+            order = np.argsort(-w, kind="mergesort")[:c]
             for j in range(c):
                 eid[ptr[i] + j] = lo + order[j]
-    return ptr, eid
+    return ptr, eid, nan
 
 
 def topk_neighbors(indptr: np.ndarray, weights: np.ndarray, rows, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -439,15 +444,18 @@ def topk_neighbors(indptr: np.ndarray, weights: np.ndarray, rows, k: int) -> tup
     if weights.ndim != 1 or len(weights) != indptr[-1]:
         raise bad_value("weights", f"array of shape {weights.shape}",
                         f"a 1-d array of {int(indptr[-1])} weights (one per edge of indptr)")
-    finite = np.isfinite(weights)
-    if not finite.all():
-        pos = int(np.flatnonzero(~finite)[0])
-        raise ValueError(f"weights[{pos}]={weights[pos]} is not accepted; expected finite weights "
-                         "(NaN cannot be ranked)")
     if k == FULL:
         k = int(np.max(np.diff(indptr))) if len(indptr) > 1 else 0
     rows = _check_rows("rows", rows, len(indptr) - 1)
-    return _topk(indptr, weights, rows, k)
+    # NaN cannot be ranked; the kernel flags it in the rows it ranks (no extra pass over all edges).
+    ptr, eid, nan = _topk(indptr, weights, rows, k)
+    if nan.any():
+        v = int(rows[int(np.flatnonzero(nan)[0])])
+        lo, hi = int(indptr[v]), int(indptr[v + 1])
+        pos = lo + int(np.flatnonzero(np.isnan(weights[lo:hi]))[0])
+        raise ValueError(f"weights[{pos}]=nan is not accepted; expected weights that can be ranked "
+                         f"(not NaN; edge {pos} is in row {v})")
+    return ptr, eid
 
 
 def sampled_edges_per_s(sample: MultiHopSample, seconds: float) -> float:

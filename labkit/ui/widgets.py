@@ -38,8 +38,9 @@ class SliderState:
 
 #: What a slider update may raise for a bad combination of values: the project's own errors
 #: (LabkitError: BudgetExceeded, which is also a MemoryError, StoreError, DatasetError, ...),
-#: bad values (ValueError), an index or key out of range, or memory running out.
-SHOWN_ERRORS = (ValueError, LabkitError, MemoryError, LookupError)
+#: bad values (ValueError), or memory running out. Anything else (a KeyError, an IndexError) is a
+#: bug in the callback and raises as usual.
+SHOWN_ERRORS = (ValueError, LabkitError, MemoryError)
 
 
 def _message(exc: BaseException) -> str:

@@ -52,3 +52,14 @@ def test_budget_array_and_threads():
 
 def test_fmt_bytes():
     assert fmt_bytes(1536) == "1.5 KiB"
+
+
+def test_parse_bytes_takes_numpy_numbers_and_refuses_inf_nan_and_bools():
+    import numpy as np
+
+    from labkit.core.memory import parse_bytes
+    assert parse_bytes(np.float32(1048576)) == 1048576 and parse_bytes(np.int64(7)) == 7
+    assert parse_bytes("1.5KiB") == 1536
+    for bad in (float("inf"), float("nan"), -1, True, np.bool_(True), "12 parsecs"):
+        with pytest.raises(ValueError, match=r"size=.* is not accepted; expected a non-negative byte count"):
+            parse_bytes(bad)

@@ -113,7 +113,7 @@ def test_empty_seeds_are_named(ds, setup):
 @pytest.mark.parametrize("kw, msg", [
     ({"hidden": -1}, "hidden=-1 is not accepted"), ({"hidden": 2.5}, "hidden=2.5 is"), ({"heads": 0}, "heads=0 is"),
     ({"lr": math.nan}, "lr=nan"), ({"lr": 0.0}, "lr=0.0"), ({"lr": math.inf}, "lr=inf"),
-    ({"batch_size": 0}, "batch_size=0"), ({"fanouts": ()}, r"fanouts=\(\)"), ({"fanouts": (15, 0)}, r"fanouts\[i\]=0"),
+    ({"batch_size": 0}, "batch_size=0"), ({"fanouts": ()}, r"fanouts=\(\)"), ({"fanouts": (15, 0)}, r"fanouts\[1\]=0"),
     ({"name": "gat", "fanouts": (10, 10), "hidden": 10, "heads": 4}, "hidden=10 is not accepted; expected a multiple of heads=4"),
     ({"name": "gcn"}, "model='gcn'"),
 ])

@@ -42,18 +42,23 @@ def test_alias_table_refuses_2d_weights(csr):
         AliasTable.build(csr.indptr, np.ones((2, csr.num_edges // 2)))
 
 
-def test_topk_checks_weight_length_and_finiteness(csr):
+def test_topk_checks_weight_length_and_refuses_nan_it_would_rank(csr):
     rows = np.arange(8)
     with pytest.raises(ValueError, match=rf"weights=.*expected a 1-d array of {csr.num_edges} weights"):
         topk_neighbors(csr.indptr, np.ones(csr.num_edges - 1), rows, 2)
+    deg = np.diff(csr.indptr)
+    v = int(np.flatnonzero(deg >= 3)[0])
+    pos = int(csr.indptr[v]) + 1
     w = np.ones(csr.num_edges)
-    w[5] = np.nan
-    with pytest.raises(ValueError, match=r"weights\[5\]=nan is not accepted; expected finite"):
-        topk_neighbors(csr.indptr, w, rows, 2)
-    w[5] = 7.0  # a finite weight still ranks first
-    v = int(np.searchsorted(csr.indptr, 5, side="right") - 1)
+    w[pos] = np.nan
+    with pytest.raises(ValueError, match=rf"weights\[{pos}\]=nan is not accepted; .*row {v}"):
+        topk_neighbors(csr.indptr, w, [v], 1)
+    # A row that keeps all its edges ranks nothing, so its weights are not looked at.
+    ptr, eid = topk_neighbors(csr.indptr, w, [v], int(deg[v]))
+    assert eid.tolist() == list(range(int(csr.indptr[v]), int(csr.indptr[v + 1])))
+    w[pos] = 7.0  # a finite heavy weight ranks first
     ptr, eid = topk_neighbors(csr.indptr, w, [v], 1)
-    assert eid.tolist() == [5]
+    assert eid.tolist() == [pos]
 
 
 def test_multihop_refuses_indices_shorter_than_indptr(csr):
