@@ -21,7 +21,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from labkit.core.errors import bad_value
+from labkit.core.errors import bad_value, check_range
 
 
 @dataclass
@@ -93,10 +93,7 @@ def check_node_ids(arg: str, ids: np.ndarray, num_nodes: int) -> np.ndarray:
 
 def check_num_nodes(num_nodes, lo: int = 0, arg: str = "num_nodes") -> int:
     """Return `num_nodes` as an int if it is a whole number >= `lo` (Python or NumPy int), else raise."""
-    if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer, float)) or \
-            (isinstance(num_nodes, float) and not num_nodes.is_integer()) or num_nodes < lo:
-        raise bad_value(arg, num_nodes, f"an integer >= {lo}")
-    return int(num_nodes)
+    return int(check_range(arg, num_nodes, lo, integer=True))
 
 
 def _threads() -> int:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
-from labkit.core.errors import bad_value, check_choice, check_range
+from labkit.core.errors import check_choice, check_range
 from labkit.graph.csr import CSR, check_node_ids
 from labkit.graph.rng import GOLDEN, mix64, stream_key
 
@@ -75,8 +75,8 @@ def negative_sample(csr: CSR, src, k: int, *, by: str = "random", reject_neighbo
     src = check_node_ids("src", np.asarray(src), csr.num_nodes).astype(np.int64)
     if num_dst is None:
         num_dst = csr.num_nodes
-    elif isinstance(num_dst, bool) or not isinstance(num_dst, (int, np.integer)) or not 1 <= num_dst <= csr.num_nodes:
-        raise bad_value("num_dst", num_dst, f"an integer in [1, {csr.num_nodes}] (destination ids drawn from)")
+    else:
+        num_dst = int(check_range("num_dst", num_dst, 1, csr.num_nodes, integer=True))
     if by == "in_degree" and csr.num_edges == 0:
         raise check_range("num_edges", 0, 1)
     reject = (by == "in_degree") if reject_neighbors is None else bool(reject_neighbors)
