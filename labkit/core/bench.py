@@ -106,6 +106,15 @@ class Comparison:
             raise ValueError(f"case {self.case!r} was compared without work=, so it has no throughput")
         return self.work / self.median(name)
 
+    def rows(self, base: str | None = None) -> list[dict]:
+        """One dict per contender: median, min, max (s), peak memory (bytes or None), speedup over
+        `base` (default: the first contender) and throughput (None without `work`)."""
+        base = self.names[0] if base is None else base
+        self._t(base)
+        return [{"contender": n, "median_s": self.median(n), "min_s": self.min(n), "max_s": self.max(n),
+                 "peak_bytes": self.peak_mem.get(n), "speedup": self.ratio(base, n),
+                 "throughput": None if self.work is None else self.throughput(n)} for n in self.names]
+
     def _t(self, name: str) -> list[float]:
         if name not in self.times:
             raise KeyError(f"contender={name!r} is not in case {self.case!r}; have {', '.join(self.times)}")
@@ -191,13 +200,12 @@ class BenchReport:
     def comparisons_markdown(self) -> str:
         rows = []
         for c in self.comparisons:
-            base = c.names[0]
-            for n in c.names:
-                pm = c.peak_mem.get(n)
-                rows.append([c.case, n, _fmt_s(c.median(n)), f"{_fmt_s(c.min(n))} - {_fmt_s(c.max(n))}",
+            for i, r in enumerate(c.rows()):
+                pm, tp = r["peak_bytes"], r["throughput"]
+                rows.append([c.case, r["contender"], _fmt_s(r["median_s"]), f"{_fmt_s(r['min_s'])} - {_fmt_s(r['max_s'])}",
                              "-" if pm is None else f"{pm / 2**20:.1f}",
-                             "1 (base)" if n == base else f"{c.ratio(base, n):.2f}x",
-                             "-" if c.work is None else f"{_si(c.throughput(n))}{c.work_unit}/s"])
+                             "1 (base)" if i == 0 else f"{r['speedup']:.2f}x",
+                             "-" if tp is None else f"{_si(tp)}{c.work_unit}/s"])
         return _table(["case", "contender", "median", "min - max", "peak MB", "speedup vs first",
                        "throughput"], rows)
 

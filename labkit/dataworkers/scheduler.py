@@ -14,8 +14,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from labkit.core.errors import bad_value, check_range
 
 
@@ -38,11 +36,9 @@ class JobDemand:
     def __post_init__(self) -> None:
         for f, lo in (("gpus", 1), ("min_cpus", 0)):
             v = getattr(self, f)
-            setattr(self, f, int(check_range(f, int(v) if isinstance(v, np.integer) else v, lo, integer=True)))
+            setattr(self, f, int(check_range(f, v, lo, integer=True)))
         for f in ("worker_rate", "gpu_rate"):
-            v = getattr(self, f)
-            setattr(self, f, float(check_range(f, float(v) if isinstance(v, np.floating) else v, 0,
-                                               float("inf"), hi_open=True)))
+            setattr(self, f, float(check_range(f, getattr(self, f), 0, float("inf"), hi_open=True)))
 
     def progress(self, cpus: float) -> float:
         """Busy GPUs this job keeps with `cpus` data-worker CPUs."""

@@ -143,13 +143,13 @@ def comparison_table(c: Comparison, base: str):
     (name, threads, median and range in ms, throughput, speedup over contender `base`)."""
     from labkit.core.metrics import ResultTable
     rows = []
-    for n in c.names:
-        name, _, threads = n.partition("@")
-        row = {"contender": name, "threads": int(threads) if threads else "-", "median ms": c.median(n) * 1e3,
-               "min ms": c.min(n) * 1e3, "max ms": c.max(n) * 1e3}
-        if c.work is not None:
-            row[f"k{c.work_unit or 'items'}/s"] = c.throughput(n) / 1e3
-        row[f"speedup vs {base}"] = c.ratio(base, n)
+    for r in c.rows(base):  # the harness's own per-contender numbers, in notebook units
+        name, _, threads = r["contender"].partition("@")
+        row = {"contender": name, "threads": int(threads) if threads else "-", "median ms": r["median_s"] * 1e3,
+               "min ms": r["min_s"] * 1e3, "max ms": r["max_s"] * 1e3}
+        if r["throughput"] is not None:
+            row[f"k{c.work_unit or 'items'}/s"] = r["throughput"] / 1e3
+        row[f"speedup vs {base}"] = r["speedup"]
         rows.append(row)
     return ResultTable(rows, title=c.case)
 
