@@ -338,8 +338,17 @@ class Bench:
         self.record(claim_id, value)
         return float(value)
 
-    def note(self, text: str) -> None:
-        """Add an explanatory sentence under the tables (e.g. why a target is missed)."""
+    def note(self, text: str, claim: str | None = None) -> None:
+        """Add an explanatory sentence under the tables (e.g. why a target is missed).
+
+        With `claim` (a declared claim id) the note is about that claim: it is written as
+        ``"claim: text"``, so a reader (and :meth:`Recorded.notes_for`) finds it by the id.
+        """
+        if claim is not None:
+            if claim not in self.claims:
+                raise KeyError(f"claim={claim!r} is not declared for {self.system}; declared: " + ", ".join(self.claims))
+            if not text.startswith(claim):
+                text = f"{claim}: {text}"
         self.notes.append(text)
 
     def report(self) -> BenchReport:
@@ -404,14 +413,8 @@ class Recorded:
     path: str = ""
 
     def notes_for(self, claim_id: str) -> list[str]:
-        """The notes that explain `claim_id`: those naming it and those that start with its topic.
-
-        The topic is the first word after the system prefix: ``cache`` for
-        ``graph.cache_epoch_speedup`` (its note starts "cache: ..."), ``interleave`` for
-        ``recsys.interleave_speedup`` (a note starting "Interleaving ..." counts).
-        """
-        topic = claim_id.split(".", 1)[-1].split("_")[0].rstrip("e")  # "interleave" -> "interleav"
-        return [n for n in self.notes if claim_id in n or n.lower().startswith(topic)]
+        """The notes that name `claim_id` (a bench writes a claim's notes as ``"claim_id: ..."``)."""
+        return [n for n in self.notes if claim_id in n]
 
     def _repr_markdown_(self) -> str:
         rows = ["| claim | measured | target | verdict |", "|---|---|---|---|"]

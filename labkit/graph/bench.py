@@ -84,7 +84,7 @@ def bench_build(b: Bench, scale: int, repeats: int) -> None:
     if c.ratio("scipy_coo_tocsr", "labkit_build_csr") < 1.5:
         b.note(f"build: labkit splits the build over {_threads()} threads while scipy runs on one; with the "
                f"machine shared (1-min load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores) the second "
-               "thread is often not there to take.")
+               "thread is often not there to take.", claim="graph.build_speedup_scipy")
 
     # torch is far slower here (coalesce sorts 64-bit keys); one round against labkit is enough.
     idx = torch.from_numpy(np.stack([src.astype(np.int64), dst.astype(np.int64)]))
@@ -263,20 +263,21 @@ def bench_cache(b: Bench, profile: str, workers: int, batches: int, repeats: int
         if abs(off["train_ms"] / max(1e-9, on["train_ms"]) - 1) > 0.15:
             # Training is the same work in both contenders: a gap there is the machine, not the cache.
             rest = (off["epoch_ms"] - off["train_ms"]) / max(1e-9, on["epoch_ms"] - on["train_ms"])
-            b.note(f"cache: training, the same work in both contenders, took {off['train_ms']:.1f} ms per batch "
+            b.note(f"training, the same work in both contenders, took {off['train_ms']:.1f} ms per batch "
                    f"with the cache off and {on['train_ms']:.1f} ms with it on, so part of "
                    f"graph.cache_epoch_speedup ({speedup:.2f}) is CPU contention on this 2-core machine (the "
                    f"partition workers share its CPUs with the trainer), not fetches saved; without training "
                    f"time the epoch speedup is {rest:.2f}x (remote wait {off['wait_ms']:.1f} -> {on['wait_ms']:.1f} ms "
-                   "per batch).")
+                   "per batch).", claim="graph.cache_epoch_speedup")
         if speedup < 1.4:
             need = off["epoch_ms"] * (1 - 1 / 1.4)
-            b.note(f"cache: hits kept {1 - on['ids'] / max(1e-9, off['ids']):.0%} of remote ids and "
+            b.note(f"hits kept {1 - on['ids'] / max(1e-9, off['ids']):.0%} of remote ids and "
                    f"{1 - on['kib'] / max(1e-9, off['kib']):.0%} of bytes local (remote wait {off['wait_ms']:.1f} ms "
                    f"per batch off, {on['wait_ms']:.1f} on), but 1.4x needs {need:.1f} ms saved of "
                    f"{off['epoch_ms']:.1f}: the calls stay at {on['calls']:.0f} per batch ({on['skipped']:.1f} skipped; "
                    f"every round has misses on every partition), a round costs {ping_ms:.1f} ms over loopback with no "
-                   f"data at all, and training takes {on['train_ms']:.1f} ms per batch in both.")
+                   f"data at all, and training takes {on['train_ms']:.1f} ms per batch in both.",
+                   claim="graph.cache_epoch_speedup")
     finally:
         close_cluster(client)
 

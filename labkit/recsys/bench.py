@@ -250,7 +250,45 @@ def stage_parts(b: Bench, model: RecModel, batch) -> dict:
     out = {n: c.min(n) * 1e3 for n in c.names}
     for n, v in out.items():
         b.record(f"recsys.e2e_part_ms_{n.replace('@', '_t')}", v)
+    # The same halves side by side, one thread each (what the interleaver's two lanes do): the embedding
+    # half loops on a second thread while the dense half runs 7 times on this one. On two independent
+    # cores each would take as long as alone; the ratios say how much the lanes slow each other.
+    side = beside(emb, mlp, runs=7)
+    for n, alone in (("embedding", c.median("embedding@1")), ("dense", c.median("dense@1"))):
+        out[f"{n}_slowdown_beside"] = b.record(f"recsys.e2e_part_slowdown_{n}_beside", side[n] / alone)
     return out
+
+
+def beside(bg, fg, runs: int) -> dict:
+    """Median seconds per call of `bg` (looping on a second thread) and `fg` (`runs` calls here) while
+    both run at once, one torch and one numba thread each; `bg`'s calls that end after `fg`'s last
+    are left out. Returns ``{"embedding": bg_s, "dense": fg_s}``."""
+    import statistics
+    import threading
+    import time
+    stop, bg_times, fg_times = threading.Event(), [], []
+
+    def loop():
+        numba.set_num_threads(1)  # thread-local in numba
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            bg()
+            bg_times.append((time.perf_counter() - t0, time.perf_counter()))
+    set_threads(1)
+    th = threading.Thread(target=loop, name="labkit-beside", daemon=True)
+    th.start()
+    try:
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            fg()
+            fg_times.append(time.perf_counter() - t0)
+        end = time.perf_counter()
+    finally:
+        stop.set()
+        th.join()
+        set_threads()
+    inside = [d for d, t in bg_times if t <= end] or [d for d, _ in bg_times]
+    return {"embedding": statistics.median(inside), "dense": statistics.median(fg_times)}
 
 
 def cache_case(b: Bench, sz: dict) -> dict:
@@ -304,13 +342,13 @@ def bench(b: Bench) -> None:
         b.record("recsys.torchrec_fused_vs_per_field_f100", r1["torchrec_fused_vs_per_field"])
     r2 = emb_case(b, f_big, sz, torchrec=False)
     b.measure("recsys.emb_speedup_f500", r2["packed_vs_per_field"])
-    for f, r in ((f_small, r1), (f_big, r2)):
+    for cid, f, r in (("recsys.emb_speedup_f100", f_small, r1), ("recsys.emb_speedup_f500", f_big, r2)):
         if r["packed_vs_per_field"] < 5:
             b.note(f"Embedding stage at {f} fields: the packed stage ({r['names'][1]}) spends "
                    f"{r['ns_per_id_packed']:.0f} ns per id on lookup + fused update, bound by random row reads over "
                    f"{r['table_gib']:.1f} GiB of tables (a read and a read-modify-write per id); the per-field baseline "
                    f"({r['names'][0]}) spends {r['ns_per_id_per_field']:.0f} ns, so on this CPU the gap is "
-                   f"{r['packed_vs_per_field']:.1f}x, short of 5x.")
+                   f"{r['packed_vs_per_field']:.1f}x, short of 5x.", claim=cid)
     r3 = e2e_case(b, sz)
     b.measure("recsys.e2e_speedup_f100", r3["e2e"])
     b.record("recsys.e2e_packing_alone", r3["packing"])
@@ -334,7 +372,11 @@ def bench(b: Bench) -> None:
                "handoffs and the two cores sharing caches and memory cost the difference")
         b.note(f"Interleaving gains only {r3['interleave_over_packing']:.2f}x: two one-thread lanes can at best finish "
                f"a step in {bound:.1f} ms (half of {e1 + m1:.1f} ms of one-thread work, the embedding half on one lane), "
-               f"against {en + mn:.1f} ms for both halves at {tn} threads, a ceiling of {ceiling:.2f}x; {why}.")
+               f"against {en + mn:.1f} ms for both halves at {tn} threads, a ceiling of {ceiling:.2f}x; {why}. "
+               f"Run side by side on two threads, one thread each, the halves slow each other: the embedding half "
+               f"takes {p['embedding_slowdown_beside']:.2f}x its time alone and the dense half "
+               f"{p['dense_slowdown_beside']:.2f}x (medians; recsys.e2e_part_slowdown_*_beside), so two lanes do not "
+               "get two cores' worth of work done.", claim="recsys.interleave_speedup")
     if r3["interleave"] < 1:
         b.note("Interleaving the per-field model itself loses (recsys.interleave_on_per_field): every "
                "micro-batch repeats its F lookups, F backward ops and their Python dispatch, so the op count "

@@ -1,6 +1,4 @@
 import json
-import math
-import time
 
 import pytest
 
@@ -119,14 +117,17 @@ def test_recorded_reads_back_what_the_harness_wrote(tmp_path):
     b = Bench("spmm", "small", claims, progress=False)
     b.measure("spmm.fast", 2.0)
     b.measure("spmm.slow", 2.5)
-    b.note("spmm.slow: it needs 0.1 s per batch and training alone takes 0.12 s")
+    b.note("it needs 0.1 s per batch and training alone takes 0.12 s", claim="spmm.slow")
     b.note("an unrelated note about the machine")
+    with pytest.raises(KeyError, match=r"claim='spmm\.nope' is not declared for spmm"):
+        b.note("about nothing", claim="spmm.nope")
     md = tmp_path / "B.md"
     update_benchmarks_md(str(md), "spmm:small", b.report().to_markdown())
     r = recorded("spmm", "small", path=str(md))
     assert [(c["id"], c["measured"], c["verdict"]) for c in r.claims] == [
         ("spmm.fast", "2", "pass"), ("spmm.slow", "2.5", "miss"), ("spmm.gpu", "-", "not measured")]
     assert r.run.startswith("Run ") and len(r.notes) == 2
+    assert r.notes_for("spmm.slow") == ["spmm.slow: it needs 0.1 s per batch and training alone takes 0.12 s"]
     text = r._repr_markdown_()
     assert "**miss**" in text and "training alone takes 0.12 s" in text and "unrelated" not in text
     with pytest.raises(ValueError, match=r"system='graph' has no section for profile small"):
