@@ -3,7 +3,9 @@
 All contenders train the same image program (JPEG decode + random resized crop + flip in the
 Dataset, uint8 -> float + normalise at the top of the model) with the trainer step labelled by
 :attr:`Trainer.label` (a real model step, one thread, on this CPU-only machine). On 2 cores the
-trainer and the data workers share the same CPUs, so the bound on the speedup is about 2.
+trainer and the data workers share the same CPUs, so the bound on the speedup is about 2. The
+monolithic job runs twice, with one torch thread and with two (the model step then takes both
+cores while the data work waits); the claim is taken over the faster.
 
 One timed round is a job of `round_epochs` epochs for every contender. GoldMiner's data workers
 are a service decoupled from the training loop: they get the job's sample order (every epoch's
@@ -26,7 +28,8 @@ from labkit.core.bench import Bench, Claim
 from labkit.core.systems import System, register
 
 CLAIMS = [
-    Claim("dw.speedup_monolithic", "data workers + autoscaler vs the monolithic job (time to train the same epochs)",
+    Claim("dw.speedup_monolithic", "data workers + autoscaler vs the monolithic job, the faster of its 1- and "
+          "2-thread runs (time to train the same epochs)",
           "up to 12.1x faster jobs (many CPUs); bound ~2x on 2 cores", target=1.7, unit="x", op=">="),
     Claim("dw.vs_dataloader_best", "data workers + autoscaler vs DataLoader at its best hand-picked num_workers",
           "never worse than a well-tuned DataLoader", target=0.95, unit="x", op=">="),
@@ -138,6 +141,8 @@ def bench(b: Bench) -> None:
         # static pool at every hand-picked count, and the autoscaled pool (persistent workers and
         # pools, so a noisy neighbour hits all alike). The best counts are picked from these same rounds.
         mono_tr = Trainer(mono_model, program.loss_fn, program.lr)
+        # The monolithic job as users often run it too: torch free to use both cores for the model step.
+        mono2_tr = Trainer(copy.deepcopy(program.model), program.loss_fn, program.lr, threads=2)
         k = s["round_epochs"]
 
         def job_epochs() -> list[int]:
@@ -147,11 +152,11 @@ def bench(b: Bench) -> None:
             # The whole job's sample order, epoch after epoch: data workers run across the boundary.
             return itertools.chain.from_iterable(program.batches(e) for e in job_epochs())
 
-        def mono_job() -> None:
+        def mono_job(tr=mono_tr) -> None:
             for e in job_epochs():
-                run(mono_tr, monolithic_batches(program, e))
+                run(tr, monolithic_batches(program, e))
 
-        contenders = {"monolithic": mono_job}
+        contenders = {"monolithic": mono_job, "monolithic_2threads": lambda: mono_job(mono2_tr)}
         for n in s["sweep"]:
             dl, smp = dataloader(program, n)
             loaders[n] = (dl, smp, Trainer(copy.deepcopy(program.model), program.loss_fn, program.lr))
@@ -175,7 +180,11 @@ def bench(b: Bench) -> None:
                       contenders, repeats=s["repeats"], warmup=1, work=k * n_batches, work_unit="batch")
         best_dl = max(s["sweep"], key=lambda n: c.throughput(f"dataloader_nw{n}"))
         best_st = max(s["sweep"], key=lambda n: c.throughput(f"static_workers{n}"))
-        b.measure("dw.speedup_monolithic", c.ratio("monolithic", "goldminer_autoscaled"))
+        mono = max(("monolithic", "monolithic_2threads"), key=c.throughput)
+        b.note(f"dw.speedup_monolithic is taken over {mono}, the faster monolithic run (by median).")
+        b.measure("dw.speedup_monolithic", c.ratio(mono, "goldminer_autoscaled"))
+        b.record("goldminer_vs_monolithic_1thread", c.ratio("monolithic", "goldminer_autoscaled"))
+        b.record("goldminer_vs_monolithic_2threads", c.ratio("monolithic_2threads", "goldminer_autoscaled"))
         b.measure("dw.vs_dataloader_best", c.ratio(f"dataloader_nw{best_dl}", "goldminer_autoscaled"))
         b.measure("dw.autoscale_fraction_of_best", c.ratio(f"static_workers{best_st}", "goldminer_autoscaled"))
         reach = next((t for t in range(int(ar.wall_s)) if ar.throughput_between(t, t + s["tail_s"])
@@ -186,7 +195,7 @@ def bench(b: Bench) -> None:
         b.record("loadavg_1min_after_compare", os.getloadavg()[0])
         if b.claims["dw.speedup_monolithic"].passed is False:
             b.note(f"dw.speedup_monolithic: the bound is 2x only if this process owns both cores; the best static "
-                   f"count reached {c.ratio('monolithic', f'static_workers{best_st}'):.2f}x in the same rounds, and "
+                   f"count reached {c.ratio(mono, f'static_workers{best_st}'):.2f}x in the same rounds, and "
                    f"the 1-minute load average after the case was {os.getloadavg()[0]:.1f} (this bench's own "
                    "2-3 busy processes included; other users' work takes CPU from the parallel contenders but "
                    "barely slows the single-process one).")
@@ -196,7 +205,7 @@ def bench(b: Bench) -> None:
             stall = [round(h.stall, 2) for h in scaler.history[-5:]]
             b.note(f"The autoscaler froze at {scaler.workers} workers: in its last windows the job kept {cpus} of "
                    f"{scaler.cpus:.0f} CPUs busy and the trainer stalled {stall} of its time; in the compare "
-                   + ", ".join(f"static_workers{n} reached {c.ratio('monolithic', f'static_workers{n}'):.2f}x"
+                   + ", ".join(f"static_workers{n} reached {c.ratio(mono, f'static_workers{n}'):.2f}x"
                                for n in s["sweep"])
                    + " over the monolithic job. On saturated CPUs a worker more only shifts CPU time to the "
                    "data side, so counts near the CPU count differ by a few percent, under one window's noise.")
@@ -207,12 +216,6 @@ def bench(b: Bench) -> None:
         for p, _ in pools.values():
             p.close()
         loaders.clear()  # DataLoader workers exit with their loaders
-
-    # The monolithic job as users often run it: torch free to use both cores for the model step.
-    mt = Trainer(copy.deepcopy(program.model), program.loss_fn, program.lr, threads=2)
-    m2 = run(mt, monolithic_batches(program, next(epoch))).throughput
-    b.record("monolithic_2threads_batches_per_s", m2)
-    b.record("goldminer_vs_monolithic_2threads", c.throughput("goldminer_autoscaled") / m2)
 
     # The second workload: CTR feature transforms (string hashing, bucketising, crosses) in collate.
     ctr = ctr_program(s["dataset"], batch_size=256)

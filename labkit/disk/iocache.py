@@ -141,7 +141,12 @@ class BeladyFeatureCache:
         return self.slot[nodes]
 
     def update(self, nodes: np.ndarray, rows: np.ndarray) -> None:
-        """After mini-batch `b` gathered `rows` of `nodes`: keep the `capacity` soonest-needed rows."""
+        """After mini-batch `b` gathered `rows` of `nodes`: keep the `capacity` soonest-needed rows.
+
+        Belady within the superbatch's horizon: rows needed again in it are kept soonest-first; rows
+        with no known next use (none in this superbatch) are evicted first but only for room, held
+        rows before newly read ones, so the cache stays full across superbatch boundaries.
+        """
         b = self._b
         self._b += 1
         if self.capacity == 0:
@@ -151,12 +156,15 @@ class BeladyFeatureCache:
         fresh = nodes[fresh_mask]
         cand = np.concatenate([held, fresh])
         nxt = self._next_use(cand, b)
-        never = np.iinfo(np.int64).max
-        useful = nxt != never
-        cand, nxt = cand[useful], nxt[useful]
+        useful = nxt != np.iinfo(np.int64).max
         if cand.size > self.capacity:
-            keep = np.argpartition(nxt, self.capacity - 1)[:self.capacity]
-            cand = cand[keep]
+            n_useful = int(useful.sum())
+            if n_useful >= self.capacity:
+                u = np.flatnonzero(useful)
+                cand = cand[u[np.argpartition(nxt[u], self.capacity - 1)[:self.capacity]]]
+            else:  # every row needed again, then held rows, then new ones (held come first in `cand`)
+                rest = np.flatnonzero(~useful)[:self.capacity - n_useful]
+                cand = np.concatenate([cand[useful], cand[rest]])
         keep_set = np.zeros(0, np.int64) if cand.size == 0 else np.sort(cand)
         # Evict held nodes not kept.
         held_keep = np.isin(held, keep_set, assume_unique=True)

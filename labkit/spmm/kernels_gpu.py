@@ -95,20 +95,22 @@ def spmm_gpu(w: GpuTiledCSL, x, *, splits: int | None = None):
     return y[:, :n]
 
 
-def _time_gpu(fn, repeats: int) -> float:
+def _time_gpu(*fns, repeats: int) -> list[float]:
+    """Median seconds per call of each of `fns`, timed with CUDA events in interleaved rounds."""
     import cupy
-    fn()
+    for fn in fns:
+        fn()
     cupy.cuda.Device().synchronize()
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    times = []
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-    times.sort()
-    return times[len(times) // 2]
+        for fn, t in zip(fns, times):
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            t.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
+    return [sorted(t)[len(t) // 2] for t in times]
 
 
 def time_vs_cublas(shape: tuple[int, int], sparsity: float, n: int, *, repeats: int = 20, seed: int = 0) -> dict:
@@ -128,8 +130,7 @@ def time_vs_cublas(shape: tuple[int, int], sparsity: float, n: int, *, repeats: 
     ref = wd.astype(cupy.float32) @ x.astype(cupy.float32)
     got = spmm_gpu(gw, x)
     err = float(cupy.abs(got - ref).max() / (cupy.abs(ref).max() + 1e-30))
-    t_sp = _time_gpu(lambda: spmm_gpu(gw, x), repeats)
-    t_cb = _time_gpu(lambda: wd @ x, repeats)
+    t_sp, t_cb = _time_gpu(lambda: spmm_gpu(gw, x), lambda: wd @ x, repeats=repeats)
     return {"shape": f"{m}x{k}", "sparsity": sparsity, "N": n, "rel_err": err, "ok": err < 2e-3,
             "tiled_csl_ms": t_sp * 1e3, "cublas_fp16_ms": t_cb * 1e3, "speedup": t_cb / t_sp,
             "tiled_csl_GBps": gw.nbytes / t_sp / 1e9, "cublas_GBps": 2.0 * m * k / t_cb / 1e9}

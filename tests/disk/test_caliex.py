@@ -88,14 +88,36 @@ def test_belady_matches_brute_force(batches, cap):
         hits += int((slot >= 0).sum())
         assert np.all(c.rows[slot[slot >= 0], 0] == nodes[slot >= 0])  # a hit returns the right row
         want += len(held & set(nodes.tolist()))
+        before = set(c.owner_of[c.owner_of >= 0].tolist())
         rows = np.stack([nodes, nodes], 1).astype(np.float32)
         c.update(nodes, rows)
         nxt = {v: next((j for j in range(i + 1, len(bs)) if v in bs[j]), None) for v in held | set(nodes.tolist())}
         cand = sorted((j, v) for v, j in nxt.items() if j is not None)
         held = {v for _, v in cand[:cap]} if cap else set()
         # Ties in next use may be broken differently; the count of kept rows per next use is fixed.
-        assert len(held) == int((c.owner_of >= 0).sum())
+        now = set(c.owner_of[c.owner_of >= 0].tolist())
+        # Rows needed again are kept first; rows with no next use fill only spare room (never evicted
+        # for nothing, so the cache stays full), those already held before the new ones.
+        seen = before | set(nodes.tolist())
+        again = {v for v in seen if any(v in bs[j] for j in range(i + 1, len(bs)))}
+        assert len(now & again) == min(cap, len(again)) and len(now) == min(cap, len(seen))
+        spare_old = before - again
+        assert len(now & spare_old) == min(max(0, cap - len(again)), len(spare_old))
     assert hits == want
+
+
+def test_belady_cache_stays_full_across_superbatches():
+    """Rows with no next use in one superbatch stay while there is room, and hit in the next one."""
+    b = MemoryBudget("1MiB")
+    c = BeladyFeatureCache(8, 31, 2, np.float32, b)
+    first, second = [np.array([1, 2, 3], np.int64)], [np.array([2, 3, 4], np.int64)]
+    c.start_superbatch(first)
+    c.update(first[0], np.stack([first[0], first[0]], 1).astype(np.float32))
+    assert sorted(c.owner_of[c.owner_of >= 0].tolist()) == [1, 2, 3]
+    c.start_superbatch(second)
+    slot = c.lookup(second[0])
+    assert np.all(slot[:2] >= 0) and slot[2] == -1
+    assert np.all(c.rows[slot[:2], 0] == [2, 3])
 
 
 def test_plans_cut_to_capacity(ds, pre):
