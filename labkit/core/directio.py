@@ -16,7 +16,9 @@ one file (rows of a matrix, neighbour lists of a CSR); the engine
    request into its slot, copy that request's extents out, issue the next, so the device keeps
    ``queue_depth`` requests in flight to the end (staging need: ``queue_depth`` times the
    largest request, fewer threads when it is smaller). The page-cache fallback reads in waves
-   that fill the staging buffer, then copies.
+   that fill the staging buffer, then copies. If a request fails (a short read, an OS error,
+   Ctrl-C), the read cancels the threads not started and waits for the running ones before it
+   raises, so no thread writes into the staging buffer or the caller's output after it returns.
 
 Counters record requests, bytes read from the device and bytes the caller actually needed, so
 read amplification is ``bytes_read / bytes_used``. :class:`DiskModel` fits a two-parameter cost
@@ -35,9 +37,11 @@ import ctypes
 import errno
 import mmap
 import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -288,6 +292,14 @@ class DirectFile:
                  sweep_request: int = 1 << 20, max_request: int = 256 << 10,
                  budget: MemoryBudget | None = None, owner: str = "directio staging",
                  fallback: bool = False) -> None:
+        # Everything close() looks at exists before anything can fail, so a half-built file
+        # (refused budget, failed open) closes cleanly, from __init__ itself or from __del__.
+        self._lock = threading.RLock()  # one staging buffer per file; close() waits for a read
+        self._fd = -1
+        self._res: Reservation | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._mm: mmap.mmap | None = None
+        self._staging: np.ndarray | None = None
         check_range("queue_depth", queue_depth, 1, 256, integer=True)
         for arg, v in (("staging_bytes", staging_bytes), ("sweep_request", sweep_request),
                        ("max_request", max_request)):
@@ -303,6 +315,7 @@ class DirectFile:
         self.queue_depth = int(queue_depth)
         self.sweep_request = int(sweep_request)
         self.max_request = int(max_request)
+        self._staging_bytes = int(staging_bytes)
         self.direct = probe_direct(self.path)
         if not self.direct and not fallback:
             raise DirectIOUnsupported(
@@ -311,12 +324,16 @@ class DirectFile:
                 "data to a real disk (LABKIT_DATA) or pass fallback=True to read through the page "
                 "cache with POSIX_FADV_DONTNEED after every request")
         flags = os.O_RDONLY | (os.O_DIRECT if self.direct else 0)
-        self._fd = os.open(self.path, flags)
-        self._res: Reservation | None = budget.reserve(owner, staging_bytes) if budget else None
-        self._mm, self._staging = _aligned(staging_bytes)
-        self._pool = ThreadPoolExecutor(self.queue_depth, thread_name_prefix="directio")
-        self._lock = threading.Lock()
         self.counters = IOCounters()
+        # Reserve first: a refused reservation then has opened nothing.
+        self._res = budget.reserve(owner, staging_bytes) if budget else None
+        try:
+            self._fd = os.open(self.path, flags)
+            self._mm, self._staging = _aligned(staging_bytes)
+            self._pool = ThreadPoolExecutor(self.queue_depth, thread_name_prefix="directio")
+        except BaseException:
+            self._release(wait=True)
+            raise
 
     # -- reads --------------------------------------------------------------------------------
     def read_extents(self, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray | None = None,
@@ -357,14 +374,16 @@ class DirectFile:
         t0 = time.perf_counter()
         order = np.argsort(starts, kind="stable")
         run_page, run_pages, ext_run, ext_off = _plan(starts, lengths, order, PAGE, int(min(gap_pages, SWEEP)), cap)
-        if run_pages.max() * PAGE > self._staging.size:
+        if run_pages.max() * PAGE > self._staging_bytes:
             raise ValueError(f"an extent of {run_pages.max() * PAGE} bytes does not fit the staging "
-                             f"buffer ({self._staging.size} bytes); raise staging_bytes")
+                             f"buffer ({self._staging_bytes} bytes); raise staging_bytes")
         flat = out.reshape(-1)
         requests = bytes_read = 0
         r = 0
         nrun = run_page.size
         with self._lock:  # one staging buffer per file
+            if self._fd < 0:
+                raise ValueError(f"read of {self.path} after close()")
             if self.direct and _pread_copy is not None:
                 self._stream_runs(run_page, run_pages, ext_run, ext_off, lengths, dst, flat)
                 requests, bytes_read = nrun, int(run_pages.sum()) * PAGE
@@ -438,8 +457,15 @@ class DirectFile:
         if qd == 1:
             worker(0)
         else:
-            for f in [self._pool.submit(worker, w) for w in range(qd)]:
-                f.result()
+            futures = []
+            try:
+                for w in range(qd):
+                    futures.append(self._pool.submit(worker, w))
+                for f in futures:
+                    f.result()
+            except BaseException:
+                _settle(futures)
+                raise
 
     def _read_runs(self, run_page: np.ndarray, run_pages: np.ndarray, run_base: np.ndarray) -> None:
         """Read one wave of runs into the staging buffer from Python (the page-cache fallback, or no libc pread)."""
@@ -464,21 +490,58 @@ class DirectFile:
         if qd == 1:
             worker(0)
         else:
-            for f in [self._pool.submit(worker, w) for w in range(qd)]:
-                f.result()
+            futures = []
+            try:
+                for w in range(qd):
+                    futures.append(self._pool.submit(worker, w))
+                for f in futures:
+                    f.result()
+            except BaseException:
+                _settle(futures)
+                raise
 
     # -- lifecycle ----------------------------------------------------------------------------
     def close(self) -> None:
-        """Close the file, stop the threads and give the staging bytes back to the budget."""
-        if self._fd >= 0:
-            self._pool.shutdown(wait=True)
-            os.close(self._fd)
-            self._fd = -1
-            # Dropping the last references unmaps the buffer (views may still be alive in callers).
-            self._staging = None
-            self._mm = None
-            if self._res is not None:
-                self._res.release()
+        """Close the file, stop the threads and give the staging bytes back to the budget.
+
+        Waits for a read in progress on another thread to finish first (the fd and the staging
+        buffer are still in use); calling it from inside a read on the same thread is an error.
+        Closing twice, or closing a file whose constructor failed, does nothing.
+        """
+        lock = self.__dict__.get("_lock")
+        if lock is None:  # __init__ never got as far as the lock: nothing is held
+            return
+        if lock._is_owned():
+            raise RuntimeError(f"close() of {self.path} called from inside a read of it on this thread")
+        if sys.is_finalizing():
+            # Interpreter exit: a daemon thread frozen in a read may hold the lock for good; never wait for it.
+            if not lock.acquire(blocking=False):
+                return
+        else:
+            lock.acquire()
+        try:
+            self._release(wait=True)
+        finally:
+            lock.release()
+
+    def _release(self, *, wait: bool) -> None:
+        """Give back whatever is held (pool, fd, staging, reservation), each once; the caller holds the lock."""
+        pool, self._pool = self.__dict__.get("_pool"), None
+        fd, self._fd = self.__dict__.get("_fd", -1), -1
+        res, self._res = self.__dict__.get("_res"), None
+        # Dropping the last references unmaps the buffer (views may still be alive in callers).
+        self._staging = None
+        self._mm = None
+        try:
+            if pool is not None:
+                pool.shutdown(wait=wait)
+        finally:
+            try:
+                if fd >= 0:
+                    os.close(fd)
+            finally:
+                if res is not None:
+                    res.release()
 
     def __enter__(self) -> "DirectFile":
         return self
@@ -486,11 +549,36 @@ class DirectFile:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def __del__(self) -> None:  # pragma: no cover - best effort
+    def __del__(self) -> None:
+        # Best effort and never blocking: no read can be running (it would hold a reference),
+        # but at interpreter exit the lock may belong to a frozen daemon thread; and the pool's
+        # threads are not joined (this may run on one of them, or after they were joined).
+        lock = self.__dict__.get("_lock")
+        if lock is None or not lock.acquire(blocking=False):
+            return
         try:
-            self.close()
+            self._release(wait=False)
         except Exception:
             pass
+        finally:
+            lock.release()
+
+
+def _settle(futures: list) -> None:
+    """After one request of a read failed: cancel the workers not started and wait for the running ones.
+
+    Until they stop they write into the staging buffer and the caller's output, so the read
+    must not give up its lock (or return) before. A second Ctrl-C does not cut the wait short;
+    the workers finish their share of the read, then the first error is raised.
+    """
+    for f in futures:
+        f.cancel()
+    while True:
+        try:
+            wait_futures(futures)
+            return
+        except BaseException:  # interrupted again: the threads still run, keep waiting
+            continue
 
 
 @dataclass

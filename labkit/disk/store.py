@@ -150,8 +150,12 @@ class DiskTopology:
         self.indptr = ip.astype(np.int32) if ip.size and int(ip[-1]) < 2**31 else ip
         del ip
         self._indptr_res = budget.reserve("topology indptr", self.indptr.nbytes)
-        self.file = _open_file(ds.path("indices"), budget, "topology staging", queue_depth, staging_bytes,
-                               fallback, 4 << 20)
+        try:
+            self.file = _open_file(ds.path("indices"), budget, "topology staging", queue_depth, staging_bytes,
+                                   fallback, 4 << 20)
+        except BaseException:
+            self._indptr_res.release()  # no phantom bytes left behind for a retry on the same budget
+            raise
         self.policy = policy or IOPolicy("random")
         self._lock = threading.Lock()
         self.cache: TopologyCache | None = None

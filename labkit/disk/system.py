@@ -79,10 +79,11 @@ def presample(ds: Dataset, cfg: ModelConfig, seeds: list[np.ndarray], budget: Me
     budget = as_budget(budget)
     t0 = time.perf_counter()
     labels = ds.array("labels", mmap=False)
-    topo = DiskTopology(ds, budget, fallback=fallback)
-    feat = DiskFeatures(ds, budget, fallback=fallback)
-    bar = progress_bar(len(seeds) + 2, "pre-sampling: fitting disk models", progress)
-    try:
+    topo = feat = bar = None
+    try:  # whatever was opened is closed again, however far this gets
+        topo = DiskTopology(ds, budget, fallback=fallback)
+        feat = DiskFeatures(ds, budget, fallback=fallback)
+        bar = progress_bar(len(seeds) + 2, "pre-sampling: fitting disk models", progress)
         tdisk = DiskModel.fit(topo.file, requests=500, sweep_bytes=16 << 20)
         fdisk = DiskModel.fit(feat.file, requests=1000, sweep_bytes=64 << 20)
         bar.update(1)
@@ -124,9 +125,16 @@ def presample(ds: Dataset, cfg: ModelConfig, seeds: list[np.ndarray], budget: Me
                 int(max(b.n_id.size * feat.row_bytes + b.nbytes for b in batches) * 1.3))
         bar.update(1)
     finally:
-        bar.close()
-        topo.close()
-        feat.close()
+        try:
+            if bar is not None:
+                bar.close()
+        finally:
+            try:
+                if topo is not None:
+                    topo.close()
+            finally:
+                if feat is not None:
+                    feat.close()
     positions = [sampler.positions[b.index] for b in batches]
     return Presampled(batches, counts, prof, time.perf_counter() - t0, slot, positions)
 
@@ -338,8 +346,12 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
         fdisk = pre.profile.feature_disk if pre is not None else DiskModel()
         topo = DiskTopology(ds, budget, policy=IOPolicy(policy_mode, tdisk), queue_depth=queue_depth,
                             fallback=fallback)
-        feat = DiskFeatures(ds, budget, policy=IOPolicy(policy_mode, fdisk), queue_depth=queue_depth,
-                            fallback=fallback)
+        try:
+            feat = DiskFeatures(ds, budget, policy=IOPolicy(policy_mode, fdisk), queue_depth=queue_depth,
+                                fallback=fallback)
+        except BaseException:
+            topo.close()  # its indptr and staging stay reserved otherwise
+            raise
         slot = (0, 0)
         try:
             if name == "caliex":
@@ -385,8 +397,10 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
                 else:
                     feat.set_cache(f_nodes if f_nodes.size else None)
         except BaseException:
-            topo.close()
-            feat.close()
+            try:
+                topo.close()
+            finally:
+                feat.close()
             raise
     sampler = NeighborSampler(topo, list(cfg.fanouts), seed)
     trainer = Trainer(cfg, feat.dim, num_classes, seed=seed)

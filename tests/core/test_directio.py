@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import tempfile
+import threading
+import time
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from labkit.core import directio
 from labkit.core.directio import (PAGE, SWEEP, DirectFile, DirectIOUnsupported, DiskModel, extent_pages,
                                   probe_direct)
 from labkit.core.memory import BudgetExceeded, MemoryBudget
@@ -18,14 +22,21 @@ SIZE = 64 * PAGE
 
 @pytest.fixture(scope="module")
 def blob(tmp_path_factory):
-    # pytest's tmp dir may be tmpfs; the repo's data/ folder is on the real disk.
+    # pytest's tmp dir may be tmpfs, where O_DIRECT is refused; the data folder (LABKIT_DATA, or
+    # the repo's data/) is on the real disk. The blob there gets a fresh unique name (no clash
+    # with a user's file or a parallel run) and is always removed.
     root = os.environ.get("LABKIT_DATA") or os.path.join(os.path.dirname(__file__), "..", "..", "data")
-    d = tmp_path_factory.mktemp("dio") if not os.path.isdir(root) else None
-    path = os.path.join(root if d is None else str(d), f".test-directio-{os.getpid()}.bin")
-    data = np.random.default_rng(0).integers(0, 256, SIZE, dtype=np.uint8)
-    data.tofile(path)
-    yield path, data
-    os.unlink(path)
+    if not os.path.isdir(root):
+        root = str(tmp_path_factory.mktemp("dio"))
+    fh = tempfile.NamedTemporaryFile(dir=root, prefix=".test-directio-", suffix=".bin", delete=False)
+    try:
+        data = np.random.default_rng(0).integers(0, 256, SIZE, dtype=np.uint8)
+        fh.write(data.tobytes())
+        fh.close()
+        yield fh.name, data
+    finally:
+        fh.close()
+        os.unlink(fh.name)
 
 
 def _open(path, **kw):
@@ -80,11 +91,13 @@ def test_direct_really_used_on_data_disk(blob):
 
 
 def test_tmpfs_refused_or_stated(tmp_path):
-    p = "/dev/shm/.labkit-directio-test.bin"
     if not os.path.isdir("/dev/shm"):
         pytest.skip("no /dev/shm")
-    np.zeros(2 * PAGE, np.uint8).tofile(p)
+    with tempfile.NamedTemporaryFile(dir="/dev/shm", prefix=".labkit-directio-test-", suffix=".bin",
+                                     delete=False) as fh:  # a unique name: never someone else's file
+        p = fh.name
     try:
+        np.zeros(2 * PAGE, np.uint8).tofile(p)
         assert not probe_direct(p)  # refused, or accepted but RAM-backed: either way not a disk
         with pytest.raises(DirectIOUnsupported, match="O_DIRECT"):
             DirectFile(p)
@@ -157,3 +170,218 @@ def test_file_truncated_under_a_reader_is_a_clear_error(blob, qd):
             assert np.array_equal(got, data[5:105])
     finally:
         os.unlink(copy)
+
+
+# -- failure paths: nothing leaks, nothing keeps writing ------------------------------------------
+
+def _open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_refused_reservation_opens_no_fd(blob):
+    path, _ = blob
+    b = MemoryBudget(20 * PAGE)
+    with _open(path, budget=b):
+        n0 = _open_fds()
+        for _ in range(5):
+            with pytest.raises(BudgetExceeded):
+                _open(path, budget=b)
+        assert _open_fds() == n0  # was one leaked fd per refused call
+        assert b.used == 16 * PAGE
+    assert b.used == 0
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_failed_construction_gives_everything_back(blob, monkeypatch):
+    path, _ = blob
+    b = MemoryBudget(20 * PAGE)
+    n0 = _open_fds()
+
+    def no_pool(*a, **k):
+        raise OSError("cannot start threads")
+
+    monkeypatch.setattr(directio, "ThreadPoolExecutor", no_pool)  # fails after the fd is open
+    with pytest.raises(OSError, match="cannot start threads"):
+        _open(path, budget=b)
+    assert _open_fds() == n0 and b.used == 0
+    monkeypatch.undo()
+    # A half-built object (as __del__ may see one) closes without error, as does a closed one.
+    DirectFile.__new__(DirectFile).close()
+    DirectFile.__new__(DirectFile).__del__()
+    f = _open(path, budget=b)
+    f.close()
+    f.close()
+    f.__del__()
+    assert b.used == 0 and _open_fds() == n0
+    with pytest.raises(ValueError, match="after close"):
+        f.read_extents(np.array([0]), np.array([10]))
+
+
+class _Laggards:
+    """Records the I/O threads a read started that are still running, and when each stopped."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.running = 0
+        self.stopped = []
+
+    def run(self, work, seconds=0.3):
+        with self.lock:
+            self.running += 1
+        try:
+            time.sleep(seconds)
+            work()
+        finally:
+            with self.lock:
+                self.running -= 1
+                self.stopped.append(time.perf_counter())
+
+
+# Four single pages far apart: four runs, so four I/O threads, one request each (the first page first).
+_PAGES = np.array([0, 20, 40, 60], np.int64) * PAGE
+
+
+def _assert_nothing_writes_after(f, lag, exc, out):
+    with pytest.raises(exc, match="request failed"):
+        f.read_extents(_PAGES, np.full(4, 100, np.int64), out)
+    returned = time.perf_counter()
+    assert lag.running == 0, "I/O threads still running after the failed read returned"
+    assert len(lag.stopped) == 3 and max(lag.stopped) <= returned
+    snap = out.copy()
+    time.sleep(0.5)
+    assert np.array_equal(out, snap)  # nothing wrote into the caller's output after the return
+
+
+@pytest.mark.parametrize("exc", [OSError, KeyboardInterrupt])
+def test_failed_streamed_read_stops_its_threads_first(blob, monkeypatch, exc):
+    path, data = blob
+    lag = _Laggards()
+
+    def pread_copy(fd, addr, staging, slot, offs, lens, want, ext_ptr, ext_list, ext_off, lengths, dst, out,
+                   first, step):
+        if first == 0:
+            raise exc("request failed")
+        lag.run(lambda: out.fill(7))  # a slow sibling: lands late, then copies into the output
+        return -1
+
+    with _open(path, queue_depth=4) as f:
+        f.direct = True  # the streamed path, whatever the disk here supports (the fd is not used)
+        monkeypatch.setattr(directio, "_pread_copy", pread_copy)
+        _assert_nothing_writes_after(f, lag, exc, np.zeros(400, np.uint8))
+        monkeypatch.undo()
+        f.direct = probe_direct(path)
+        assert np.array_equal(f.read_extents(_PAGES, np.full(4, 100, np.int64)),
+                              np.concatenate([data[p:p + 100] for p in _PAGES]))
+
+
+@pytest.mark.parametrize("exc", [OSError, KeyboardInterrupt])
+def test_failed_wave_read_stops_its_threads_first(blob, monkeypatch, exc):
+    path, data = blob
+    lag = _Laggards()
+    real = os.preadv
+
+    def preadv(fd, bufs, offset, *a):
+        if offset == 0:
+            raise exc("request failed")
+        box = []
+        lag.run(lambda: box.append(real(fd, bufs, offset, *a)))  # lands late in the staging buffer
+        return box[0]
+
+    with _open(path, queue_depth=4) as f:
+        f.direct = False  # the page-cache fallback's waves, read from Python
+        monkeypatch.setattr(directio.os, "preadv", preadv)
+        out = np.zeros(400, np.uint8)
+        with pytest.raises(exc, match="request failed"):
+            f.read_extents(_PAGES, np.full(4, 100, np.int64), out)
+        returned = time.perf_counter()
+        assert lag.running == 0, "I/O threads still running after the failed read returned"
+        assert len(lag.stopped) == 3 and max(lag.stopped) <= returned
+        monkeypatch.undo()
+        assert np.array_equal(f.read_extents(_PAGES, np.full(4, 100, np.int64)),
+                              np.concatenate([data[p:p + 100] for p in _PAGES]))
+
+
+def test_close_waits_for_a_read_in_progress(blob, monkeypatch):
+    path, data = blob
+    events, errors = [], []
+    started = threading.Event()
+
+    def pread_copy(fd, addr, staging, slot, offs, lens, want, ext_ptr, ext_list, ext_off, lengths, dst, out,
+                   first, step):
+        started.set()
+        time.sleep(0.3)
+        os.fstat(fd)  # the fd is still this file's
+        events.append("read done")
+        return -1
+
+    f = _open(path, queue_depth=1)  # one request: the read runs on the caller's thread, not the pool's
+    f.direct = True
+    monkeypatch.setattr(directio, "_pread_copy", pread_copy)
+
+    def reader():
+        try:
+            f.read_extents(np.array([0]), np.array([10]))
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    assert started.wait(5)
+    f.close()
+    events.append("closed")
+    t.join(5)
+    assert errors == [] and events == ["read done", "closed"]
+
+
+def test_close_inside_a_read_is_refused(blob, monkeypatch):
+    path, data = blob
+    f = _open(path, queue_depth=1)
+    f.direct = True
+
+    def pread_copy(*args):
+        f.close()  # e.g. from a signal handler on the reading thread: must not pull the fd away
+        return -1
+
+    monkeypatch.setattr(directio, "_pread_copy", pread_copy)
+    with pytest.raises(RuntimeError, match="inside a read"):
+        f.read_extents(np.array([0]), np.array([10]))
+    monkeypatch.undo()
+    f.direct = probe_direct(path)
+    assert np.array_equal(f.read_extents(np.array([5]), np.array([10])), data[5:15])  # still open, still right
+    f.close()
+
+
+
+@pytest.mark.parametrize("how", ["__del__", "close at interpreter exit"])
+def test_finalizing_never_waits_for_a_lock_held_elsewhere(blob, monkeypatch, how):
+    # At interpreter exit a daemon thread (the pipeline's stages are daemons) may be frozen while
+    # it holds the file's lock: finalizing the file must neither block on it nor pull the fd away.
+    path, data = blob
+    f = _open(path)
+    held, leave = threading.Event(), threading.Event()
+
+    def frozen():
+        with f._lock:
+            held.set()
+            leave.wait(10)
+
+    t = threading.Thread(target=frozen, daemon=True)
+    t.start()
+    assert held.wait(5)
+    try:
+        t0 = time.perf_counter()
+        if how == "__del__":
+            f.__del__()
+        else:
+            monkeypatch.setattr(directio.sys, "is_finalizing", lambda: True)
+            f.close()
+        assert time.perf_counter() - t0 < 1
+        assert f._fd >= 0  # left alone: the lock's holder may still be reading
+    finally:
+        leave.set()
+        t.join(5)
+    monkeypatch.undo()
+    assert np.array_equal(f.read_extents(np.array([5]), np.array([10])), data[5:15])
+    f.close()
+    assert f._fd < 0
