@@ -55,9 +55,14 @@ def _output(arg: str, path: str, *, replace: bool = True, markdown: bool = False
 
 
 def _write(arg: str, path: str, write) -> None:
-    """Run `write()` (an atomic write of `path`); an OSError becomes one line naming `arg`."""
+    """Run `write()` (an atomic write of `path`); an OSError becomes one line naming `arg`.
+
+    FileExistsError (a path refused without --force) passes through for the caller to handle.
+    """
     try:
         write()
+    except FileExistsError:
+        raise
     except OSError as exc:
         raise LabkitError(f"{arg}={path!r} could not be written: {exc.strerror or exc}") from None
 
@@ -66,7 +71,40 @@ def _check_outputs(args: argparse.Namespace) -> None:
     if args.json:
         _output("--json", args.json, replace=args.force)
     if args.record:
+        from labkit.core.bench import update_benchmarks_md
         _output("--record", args.record, markdown=True)
+        # A file that is not a benchmarks file (a README) is refused unless --force; nothing is written yet.
+        update_benchmarks_md(args.record, sections=[], force=args.force, arg="--record")
+
+
+def _write_json(args: argparse.Namespace, reports) -> bool:
+    """Write --json without replacing a file unless --force; return False if it went elsewhere.
+
+    The path was checked before the bench, but a file may appear there during an hour-long run:
+    then the report is saved beside it under a new name (never replacing anything either) and
+    one line says where, so neither that file nor the run's results are lost.
+    """
+    import datetime as dt
+
+    from labkit.core.bench import write_json
+    try:
+        _write("--json", args.json, lambda: write_json(reports, args.json, overwrite=args.force))
+        return True
+    except FileExistsError:
+        pass
+    p = Path(args.json)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    for i in range(100):
+        alt = str(p.with_name(f"{p.stem}.{stamp}{'-' + str(i) if i else ''}{p.suffix or '.json'}"))
+        try:
+            _write("--json", alt, lambda: write_json(reports, alt, overwrite=False))
+        except FileExistsError:
+            continue
+        print(f"labkit: error: --json={args.json!r} appeared during the run and was kept; the report was "
+              f"saved to {alt!r} instead (pass --force to replace the file)", file=sys.stderr)
+        return False
+    raise LabkitError(f"--json={args.json!r} appeared during the run and was kept; no free name "
+                      f"{p.stem}.{stamp}-N{p.suffix or '.json'} beside it for the report")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -135,7 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("system", help=f"one of {systems}")
     b.add_argument("--profile", default="ci", choices=PROFILES, help=PROFILE_HELP)
     b.add_argument("--json", metavar="PATH", help="also write the report as JSON (an existing file only with --force)")
-    b.add_argument("--force", action="store_true", help="let --json replace an existing file")
+    b.add_argument("--force", action="store_true",
+                   help="let --json replace an existing file, and --record write into a file that is not a "
+                        "benchmarks file")
     b.add_argument("--record", nargs="?", const="BENCHMARKS.md", metavar="MD",
                    help="write the tables into MD (default ./BENCHMARKS.md, in the current folder); "
                         "only this system's section of the file is replaced")
@@ -149,7 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
                 "  labkit reproduce --profile small --only graph,disk --json claims.json\n")
     r.add_argument("--profile", default="ci", choices=PROFILES, help=PROFILE_HELP)
     r.add_argument("--json", metavar="PATH", help="also write all reports as JSON (an existing file only with --force)")
-    r.add_argument("--force", action="store_true", help="let --json replace an existing file")
+    r.add_argument("--force", action="store_true",
+                   help="let --json replace an existing file, and --record write into a file that is not a "
+                        "benchmarks file")
     r.add_argument("--record", nargs="?", const="BENCHMARKS.md", metavar="MD",
                    help="write the claims table and every system's tables into MD (default ./BENCHMARKS.md, "
                         "in the current folder); only the harness's own sections are replaced")
@@ -163,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _bench(args: argparse.Namespace) -> int:
     from labkit import catalog
-    from labkit.core.bench import update_benchmarks_md, write_json
+    from labkit.core.bench import update_benchmarks_md
     if args.system not in catalog.NAMES:
         raise LabkitError(f"system={args.system!r} is not accepted; expected one of {', '.join(catalog.NAMES)}")
     system = catalog.load(args.system)
@@ -172,13 +214,13 @@ def _bench(args: argparse.Namespace) -> int:
     _check_outputs(args)
     report = system.run_bench(args.profile, progress=not args.quiet)
     print(report.to_markdown())
-    if args.json:
-        _write("--json", args.json, lambda: write_json(report, args.json))
+    json_ok = _write_json(args, report) if args.json else True
     if args.record:
         _write("--record", args.record,
-               lambda: update_benchmarks_md(args.record, f"{args.system}:{args.profile}", report.to_markdown()))
+               lambda: update_benchmarks_md(args.record, f"{args.system}:{args.profile}", report.to_markdown(),
+                                            force=args.force, arg="--record"))
         print(f"recorded in {args.record}", file=sys.stderr)
-    return 0
+    return 0 if json_ok else 2
 
 
 def _bench_in_child(name: str, profile: str, quiet: bool):
@@ -205,7 +247,7 @@ def _bench_in_child(name: str, profile: str, quiet: bool):
 
 def _reproduce(args: argparse.Namespace) -> int:
     from labkit import catalog
-    from labkit.core.bench import Claim, claims_markdown, update_benchmarks_md, write_json
+    from labkit.core.bench import Claim, claims_markdown, update_benchmarks_md
     names = list(catalog.NAMES)
     if args.only:
         names = list(dict.fromkeys(n.strip() for n in args.only.split(",") if n.strip()))
@@ -246,17 +288,16 @@ def _reproduce(args: argparse.Namespace) -> int:
     print(f"\n{passed.count(True)} pass, {passed.count(False)} miss, {passed.count(None)} not measured")
     for f in failures:
         print(f"bench failed: {f}", file=sys.stderr)
-    if args.json:
-        _write("--json", args.json, lambda: write_json(reports, args.json))
+    json_ok = _write_json(args, reports) if args.json else True
     if args.record:
-        def record():
-            update_benchmarks_md(args.record, f"claims:{args.profile}",
-                                 f"## Claims table (`labkit reproduce --profile {args.profile}`)\n\n{table}\n",
-                                 top=True)
-            for rep in reports:
-                update_benchmarks_md(args.record, f"{rep.system}:{rep.profile}", rep.to_markdown())
-        _write("--record", args.record, record)
-    return 1 if failures else 0
+        # Every section in one locked, atomic replacement: a reader or a concurrent --record
+        # never sees the claims table of this run beside another run's system tables.
+        sections = [(f"claims:{args.profile}",
+                     f"## Claims table (`labkit reproduce --profile {args.profile}`)\n\n{table}\n", True)]
+        sections += [(f"{rep.system}:{rep.profile}", rep.to_markdown(), False) for rep in reports]
+        _write("--record", args.record,
+               lambda: update_benchmarks_md(args.record, sections=sections, force=args.force, arg="--record"))
+    return 2 if not json_ok else 1 if failures else 0
 
 
 def _data(args: argparse.Namespace) -> int:

@@ -10,20 +10,42 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 
+def _umask() -> int:
+    """This process's umask, read without changing it (Linux), else the usual 022."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
+
+
+def _resolve(path: str | os.PathLike) -> Path:
+    """`path` with every symlink followed, so writing through a link updates the link's target."""
+    return Path(os.path.realpath(path))
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "wb", *, overwrite: bool = True) -> Iterator[IO]:
     """Yield a temporary file beside `path`; on success fsync it and rename it onto `path`.
 
     With ``overwrite=False`` an existing `path` raises FileExistsError before anything is written.
-    On any exception the temporary file is removed and `path` is untouched.
+    On any exception the temporary file is removed and `path` is untouched. A symlink at `path`
+    is followed: its target is replaced and the link stays. The new file keeps the permission
+    bits of the file it replaces (a new file gets 0o666 less the umask, like ``open()``), not
+    the temporary file's private 0600.
     """
-    path = Path(path)
+    given, path = path, _resolve(path)
     if not overwrite and path.exists():
-        raise FileExistsError(f"path={str(path)!r} already exists; refusing to overwrite it")
+        raise FileExistsError(f"path={str(given)!r} already exists; refusing to overwrite it")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+            try:
+                perm = os.stat(path).st_mode & 0o7777
+            except FileNotFoundError:
+                perm = 0o666 & ~_umask()
+            os.fchmod(fh.fileno(), perm)
             yield fh
             fh.flush()
             os.fsync(fh.fileno())

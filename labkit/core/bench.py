@@ -357,39 +357,83 @@ class Bench:
                            time.perf_counter() - self._t0, list(self.notes), self.title)
 
 
-def write_json(report: BenchReport | list[BenchReport], path: str) -> None:
-    """Write one report (or a list, for reproduce) as JSON atomically."""
+def write_json(report: BenchReport | list[BenchReport], path: str, *, overwrite: bool = True) -> None:
+    """Write one report (or a list, for reproduce) as JSON atomically.
+
+    With ``overwrite=False`` a `path` that exists (even one that appeared while the bench ran)
+    raises FileExistsError and is left as it is.
+    """
     from labkit.core.atomic import atomic_write_json
     obj = report.to_json() if isinstance(report, BenchReport) else [r.to_json() for r in report]
-    atomic_write_json(path, obj)
+    atomic_write_json(path, obj, overwrite=overwrite)
 
 
 BEGIN = "<!-- labkit-bench:{key} begin -->"
 END = "<!-- labkit-bench:{key} end -->"
 
 
-def update_benchmarks_md(path: str, key: str, markdown: str, *, top: bool = False) -> None:
-    """Replace the harness-owned section `key` of BENCHMARKS.md, atomically.
+def update_benchmarks_md(path: str, key: str | None = None, markdown: str | None = None, *, top: bool = False,
+                         sections: Iterable[tuple[str, str, bool]] | None = None, force: bool = False,
+                         arg: str = "path") -> None:
+    """Replace harness-owned sections of BENCHMARKS.md, atomically.
 
-    A new section is appended, or with `top` (the claims table) put right under the title.
+    One section: ``update_benchmarks_md(path, key, markdown, top=...)``; several in one
+    replacement of the file: ``sections=[(key, markdown, top), ...]``, applied in order. A new
+    section is appended, or with `top` (the claims table) put right under the title. The read,
+    edit and write happen under an exclusive lock on the file's folder, so two runs recording
+    at once keep each other's sections.
+
+    An existing file that is not a benchmarks file (no labkit-bench section and no
+    ``# Benchmarks`` title, e.g. a README) is refused with a ValueError naming `arg` unless
+    `force`; an empty one is fine. With ``sections=[]`` nothing is written: the call only checks
+    that `path` may be recorded into.
     """
+    import fcntl
+    import os
     from pathlib import Path
 
     from labkit.core.atomic import atomic_write_text
-    p = Path(path)
-    text = p.read_text(encoding="utf-8") if p.exists() else "# Benchmarks\n\nWritten by `labkit bench ... --record`; do not edit sections by hand.\n"
-    b, e = BEGIN.format(key=key), END.format(key=key)
-    block = f"{b}\n{markdown.rstrip()}\n{e}"
-    if b in text and e in text:
-        pre, rest = text.split(b, 1)
-        _, post = rest.split(e, 1)
-        text = pre + block + post
-    elif top and "<!-- labkit-bench:" in text:
-        first = text.index("<!-- labkit-bench:")
-        text = text[:first] + block + "\n\n" + text[first:]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    atomic_write_text(p, text)
+    from labkit.core.errors import bad_value
+    if sections is None:
+        if key is None or markdown is None:
+            raise TypeError("update_benchmarks_md() needs `key` and `markdown`, or `sections`")
+        sections = [(key, markdown, top)]
+    elif key is not None or markdown is not None:
+        raise TypeError("update_benchmarks_md() takes `key` and `markdown`, or `sections`, not both")
+    sections = list(sections)
+    p = Path(os.path.realpath(path))  # a link's target is what gets edited, so lock its folder
+    if sections:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    elif not p.parent.is_dir():
+        return
+    lock = os.open(p.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        text = p.read_text(encoding="utf-8") if p.exists() else ""
+        if (text.strip() and "<!-- labkit-bench:" not in text and not text.lstrip().startswith("# Benchmarks")
+                and not force):
+            hint = "--force" if arg.startswith("--") else "force=True"
+            raise bad_value(arg, str(path), "a benchmarks file (titled '# Benchmarks' or holding labkit-bench "
+                            f"sections), an empty file or a new path; pass {hint} to write into it anyway")
+        if not sections:
+            return
+        if not text.strip():
+            text = "# Benchmarks\n\nWritten by `labkit bench ... --record`; do not edit sections by hand.\n"
+        for key, markdown, top in sections:
+            b, e = BEGIN.format(key=key), END.format(key=key)
+            block = f"{b}\n{markdown.rstrip()}\n{e}"
+            if b in text and e in text:
+                pre, rest = text.split(b, 1)
+                _, post = rest.split(e, 1)
+                text = pre + block + post
+            elif top and "<!-- labkit-bench:" in text:
+                first = text.index("<!-- labkit-bench:")
+                text = text[:first] + block + "\n\n" + text[first:]
+            else:
+                text = text.rstrip() + "\n\n" + block + "\n"
+        atomic_write_text(p, text)
+    finally:
+        os.close(lock)  # releases the lock
 
 
 def load_json(path: str) -> Any:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from labkit.core.atomic import atomic_write_json
+from labkit.core.atomic import _umask, atomic_write_json
 from labkit.core.errors import LabkitError, bad_value
 from labkit.core.profiles import check_profile
 from labkit.core.progress import StageBar
@@ -178,13 +178,17 @@ class DatasetWriter:
         """
         self._check_key(key)
         s = _Stream(self.dir / f"{key}.bin", dtype, row_shape)
-        yield s
-        if align:
-            pad = -(s.rows * s.dtype.itemsize * int(np.prod(s.row_shape, dtype=np.int64))) % align
-            if pad:
-                s._fh.write(b"\0" * pad)
-                s._h.update(b"\0" * pad)
-        info = s.close()
+        try:
+            yield s
+            if align:
+                pad = -(s.rows * s.dtype.itemsize * int(np.prod(s.row_shape, dtype=np.int64))) % align
+                if pad:
+                    s._fh.write(b"\0" * pad)
+                    s._h.update(b"\0" * pad)
+            info = s.close()
+        finally:
+            if not s._fh.closed:  # the builder failed: do not leak the handle until GC
+                s._fh.close()
         info["align"] = align
         self.files[key] = info
 
@@ -293,17 +297,49 @@ def verify(ds_dir: Path, name: str, profile: str, *, full: bool = True) -> dict:
     return manifest
 
 
-def _umask() -> int:
-    """This process's umask, read without changing it (Linux), else the usual 022."""
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    return 0o022
-
-
 def dataset_dir(name: str, profile: str, root: Path | None = None) -> Path:
     return Path(root or data_root()) / name / profile
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, another user's
+        return True
+    return True
+
+
+def _sweep_leftovers(final: Path) -> None:
+    """Clear what builds of `final` left behind when their process died (SIGKILL, power loss).
+
+    A build works in ``.{profile}.building-<pid>-XXXX`` and, with --force, parks the copy it
+    replaces at ``.{profile}.old-<pid>-XXXX`` for an instant. Such a folder whose pid is no
+    longer alive is removed, except a parked copy with no dataset in its place: that one is
+    renamed back, so a crash between the two renames loses nothing.
+    """
+    parent, profile = final.parent, final.name
+    try:
+        names = sorted(os.listdir(parent))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for kind in ("old", "building"):  # restore a parked copy before removing half-built ones
+        prefix = f".{profile}.{kind}-"
+        for n in names:
+            pid = n[len(prefix):].split("-", 1)[0] if n.startswith(prefix) else ""
+            if not pid.isdigit() or "-" not in n[len(prefix):] or _pid_alive(int(pid)):
+                continue
+            p = parent / n
+            if kind == "old" and not os.path.lexists(final):
+                with contextlib.suppress(OSError):  # kept as it is if it cannot go back
+                    os.rename(p, final)
+                continue
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
 
 
 def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = None, force: bool = False,
@@ -319,6 +355,7 @@ def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
     if profile not in spec.profiles:
         raise bad_value("profile", profile, f"one of {', '.join(spec.profiles)} for dataset {name}")
     final = dataset_dir(name, profile, Path(root) if root else None)
+    _sweep_leftovers(final)
     if final.exists() and not force:
         if not final.is_dir():
             raise DatasetError(f"{final} is a file, not a dataset folder; {_rebuild_hint(name, profile)}")
@@ -327,12 +364,13 @@ def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
     p.update(params or {})
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{profile}.building-", dir=final.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{profile}.building-{os.getpid()}-", dir=final.parent))
     except OSError as exc:
         raise DatasetError(f"cannot create a dataset under {final.parent} ({exc.strerror}); set LABKIT_DATA "
                            "to a writable folder") from None
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; a built dataset is as shareable as any folder
     stages = StageBar(f"building {name}/{profile}", ("generating", "hashing", "committing"), progress)
+    old: Path | None = None
     try:
         w = DatasetWriter(tmp, spec, profile, p)
         spec.builder(w, p)
@@ -340,7 +378,7 @@ def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
         atomic_write_json(tmp / MANIFEST, w._finish())
         stages.next()
         if final.exists():
-            old = final.parent / f".{profile}.old-{uuid.uuid4().hex[:8]}"
+            old = final.parent / f".{profile}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             os.rename(final, old)
             os.rename(tmp, final)
             if old.is_dir():
@@ -358,6 +396,10 @@ def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
         stages.next()
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and os.path.lexists(old) and not os.path.lexists(final):
+            # Interrupted between the two renames: put the previous copy back, not leave it hidden.
+            with contextlib.suppress(OSError):
+                os.rename(old, final)
         raise
     finally:
         stages.close()
@@ -373,6 +415,8 @@ def open_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
     spec = get_spec(name)
     profile = check_profile(profile)
     d = dataset_dir(name, profile, Path(root) if root else None)
+    if not d.exists():
+        _sweep_leftovers(d)  # a copy parked by a --force rebuild that was killed comes back
     if not d.exists():
         if not build:
             raise DatasetError(f"dataset {name} ({profile}) is not built at {d}; build it with: "

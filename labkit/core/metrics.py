@@ -29,7 +29,12 @@ def _clean(v: Any, key: str) -> Any:
 
 
 def record_metrics(metrics: dict, path: str | None = None) -> dict:
-    """Validate `metrics` (finite numbers, JSON types) and write them to `path` atomically if given."""
+    """Validate `metrics` (finite numbers, JSON types) and write them to `path` atomically if given.
+
+    `path` is the run's own output (a notebook's METRICS_OUT, a fresh temporary file under
+    papermill): re-running the notebook or the cell replaces it, in one step, with the file's
+    permission bits kept, so a reader sees the previous metrics or the new ones, never half.
+    """
     clean = {str(k): _clean(v, str(k)) for k, v in metrics.items()}
     if path:
         atomic_write_json(path, clean)
@@ -37,7 +42,16 @@ def record_metrics(metrics: dict, path: str | None = None) -> dict:
 
 
 def markdown_table_html(md: str) -> str:
-    """Render the harness's Markdown (headings, pipe tables, bullets) as simple HTML."""
+    """Render the harness's Markdown (headings, pipe tables, bullets, **bold**, `code`) as simple HTML."""
+    import re
+
+    def _inline_html(text: str) -> str:
+        parts = text.split("`")
+        if len(parts) % 2 == 0:  # an unmatched backtick stays a literal one
+            parts[-2:] = ["`".join(parts[-2:])]
+        return "".join(f"<code>{html.escape(p)}</code>" if i % 2 else
+                       re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(p)) for i, p in enumerate(parts))
+
     out, in_table = [], False
     for line in md.splitlines():
         s = line.strip()
@@ -48,17 +62,17 @@ def markdown_table_html(md: str) -> str:
             if not in_table:
                 out.append("<table>")
                 in_table = True
-                out.append("<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cells) + "</tr>")
+                out.append("<tr>" + "".join(f"<th>{_inline_html(c)}</th>" for c in cells) + "</tr>")
             else:
-                out.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+                out.append("<tr>" + "".join(f"<td>{_inline_html(c)}</td>" for c in cells) + "</tr>")
             continue
         if in_table:
             out.append("</table>")
             in_table = False
         if s.startswith("#"):
-            out.append(f"<h4>{html.escape(s.lstrip('#').strip())}</h4>")
+            out.append(f"<h4>{_inline_html(s.lstrip('#').strip())}</h4>")
         elif s:
-            out.append(f"<p>{html.escape(s)}</p>")
+            out.append(f"<p>{_inline_html(s)}</p>")
     if in_table:
         out.append("</table>")
     return "\n".join(out)

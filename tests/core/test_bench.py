@@ -1,4 +1,5 @@
 import json
+import time
 
 import pytest
 
@@ -134,3 +135,90 @@ def test_recorded_reads_back_what_the_harness_wrote(tmp_path):
         recorded("graph", "small", path=str(md))
     with pytest.raises(ValueError, match=r"system='nosuch' is not accepted"):
         recorded("nosuch")
+
+
+def _report():
+    b = Bench("toy", "ci", [Claim("toy.speed", "toy is fast", "2x", 1.5)], progress=False)
+    b.measure("toy.speed", 2.0)
+    return b.report()
+
+
+def test_write_json_refuses_to_overwrite_without_force(tmp_path):
+    j = tmp_path / "r.json"
+    j.write_text('{"keep": 1}')
+    with pytest.raises(FileExistsError, match="r.json"):
+        write_json(_report(), str(j), overwrite=False)
+    assert j.read_text() == '{"keep": 1}'
+    write_json(_report(), str(j))  # the default (callers that checked, or --force) replaces it
+    assert json.loads(j.read_text())["system"] == "toy"
+
+
+def test_update_benchmarks_md_writes_several_sections_in_one_replacement(tmp_path, monkeypatch):
+    import labkit.core.atomic as atomic
+    writes = []
+    real = atomic.atomic_write_text
+    monkeypatch.setattr(atomic, "atomic_write_text", lambda p, t, **kw: (writes.append(t), real(p, t, **kw)))
+    p = tmp_path / "B.md"
+    update_benchmarks_md(str(p), "old:ci", "old table")
+    update_benchmarks_md(str(p), sections=[("claims:ci", "claims table", True), ("a:ci", "table A", False),
+                                           ("b:ci", "table B", False)])
+    assert len(writes) == 2
+    text = p.read_text()
+    assert text.startswith("# Benchmarks")
+    assert text.index("claims table") < text.index("old table") < text.index("table A") < text.index("table B")
+    with pytest.raises(TypeError):
+        update_benchmarks_md(str(p), "a:ci", "x", sections=[("b:ci", "y", False)])
+
+
+def test_concurrent_update_benchmarks_md_keeps_both_sections(tmp_path, monkeypatch):
+    """Two --record runs at once: each reads, edits and writes under the lock, neither loses the other's."""
+    import threading
+
+    import labkit.core.atomic as atomic
+    real = atomic.atomic_write_text
+
+    def slow_write(p, t, **kw):  # widen the read-edit-write window so an unlocked update loses a section
+        time.sleep(0.3)
+        real(p, t, **kw)
+
+    monkeypatch.setattr(atomic, "atomic_write_text", slow_write)
+    p = tmp_path / "B.md"
+    update_benchmarks_md(str(p), "first:ci", "table 0")
+    errors = []
+
+    def record(key):
+        try:
+            update_benchmarks_md(str(p), key, f"table of {key}")
+        except Exception as exc:  # pragma: no cover - shown by the assert below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=record, args=(k,)) for k in ("a:ci", "b:ci")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    text = p.read_text()
+    assert "table 0" in text and "table of a:ci" in text and "table of b:ci" in text
+
+
+def test_update_benchmarks_md_refuses_a_file_that_is_not_a_benchmarks_file(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# My project\n\nHand-written prose.\n")
+    with pytest.raises(ValueError,
+                       match=r"^path='.*README\.md' is not accepted; expected a benchmarks file.*force=True"):
+        update_benchmarks_md(str(readme), "a:ci", "table A")
+    with pytest.raises(ValueError, match=r"^--record='.*README\.md' is not accepted.*pass --force"):
+        update_benchmarks_md(str(readme), sections=[], arg="--record")  # the CLI's check before a bench
+    assert readme.read_text() == "# My project\n\nHand-written prose.\n"
+    update_benchmarks_md(str(readme), "a:ci", "table A", force=True)
+    assert readme.read_text().startswith("# My project") and "table A" in readme.read_text()
+    update_benchmarks_md(str(readme), "a:ci", "table A2")  # now it holds a labkit section
+    empty, titled = tmp_path / "empty.md", tmp_path / "titled.md"
+    empty.write_text("")
+    titled.write_text("# Benchmarks\n\nnotes\n")
+    update_benchmarks_md(str(empty), "a:ci", "table A")
+    update_benchmarks_md(str(titled), "a:ci", "table A")
+    assert empty.read_text().startswith("# Benchmarks") and "table A" in titled.read_text()
+    update_benchmarks_md(str(tmp_path / "new.md"), sections=[])
+    assert not (tmp_path / "new.md").exists()  # a check writes nothing

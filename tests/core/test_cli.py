@@ -105,3 +105,65 @@ def test_reproduce_runs_each_bench_in_a_fresh_process(tmp_path):
     assert rep.system == "recsys" and rep.claims and rep.comparisons
     assert all(len(c.times[n]) >= 2 for c in rep.comparisons for n in c.names)
     assert "labkit-bench:recsys:ci begin" in md.read_text() and "recsys.emb_speedup_f100" in r.stdout
+
+
+def _toy_system(monkeypatch, name, bench):
+    from labkit import catalog
+    from labkit.core.bench import Claim
+    from labkit.core.systems import System, register
+    register(System(name, "Toy", "toy paper", bench, [Claim(f"{name}.speedup", "b beats a", "2x", 1.2)]))
+    monkeypatch.setattr(catalog, "NAMES", catalog.NAMES + (name,))
+    monkeypatch.setattr(catalog, "CATALOG", catalog.CATALOG + (
+        catalog.Entry(name, "Toy", "toy", "labkit.core.systems", "x.ipynb"),))
+
+
+def test_record_refuses_a_file_that_is_not_a_benchmarks_file(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# My project\n\nHand-written prose.\n")
+    one_line_error(run("bench", "spmm", "--record", str(readme)), "--record=", "README.md", "--force")
+    one_line_error(run("reproduce", "--only", "spmm", "--record", str(readme)), "--record=", "--force")
+    assert readme.read_text() == "# My project\n\nHand-written prose.\n"
+
+
+def test_json_that_appears_during_the_run_is_kept_and_the_report_saved_beside_it(tmp_path, monkeypatch, capsys):
+    js = tmp_path / "r.json"
+
+    def bench(b):
+        b.measure("toyjson.speedup", 2.5)
+        js.write_text('{"someone else": 1}')  # e.g. another run finishing first, during an hour-long one
+
+    _toy_system(monkeypatch, "toyjson", bench)
+    for cmd in (["bench", "toyjson"], ["reproduce", "--only", "toyjson", "--in-process"]):
+        js.unlink(missing_ok=True)
+        for old in tmp_path.glob("r.*.json"):
+            old.unlink()
+        rc = cli.main([*cmd, "--profile", "ci", "--json", str(js), "--quiet"])
+        err = capsys.readouterr().err
+        assert rc == 2, err
+        assert js.read_text() == '{"someone else": 1}'  # not replaced without --force
+        [saved] = tmp_path.glob("r.*.json")
+        d = json.loads(saved.read_text())
+        d = d[0] if isinstance(d, list) else d
+        assert d["system"] == "toyjson" and d["claims"][0]["measured"] == 2.5  # the run's results are kept
+        line = [ln for ln in err.splitlines() if "--json=" in ln]
+        assert len(line) == 1 and "labkit: error:" in line[0] and saved.name in line[0] and "--force" in line[0]
+    rc = cli.main(["bench", "toyjson", "--profile", "ci", "--json", str(js), "--quiet", "--force"])
+    assert rc == 0 and json.loads(js.read_text())["system"] == "toyjson"
+
+
+def test_reproduce_records_every_section_in_one_replacement(tmp_path, monkeypatch):
+    import labkit.core.atomic as atomic
+
+    def bench(b):
+        b.measure("toyrec.speedup", 2.5)
+
+    _toy_system(monkeypatch, "toyrec", bench)
+    md = tmp_path / "B.md"
+    writes = []
+    real = atomic.atomic_write_text
+    monkeypatch.setattr(atomic, "atomic_write_text", lambda p, t, **kw: (writes.append(str(p)), real(p, t, **kw)))
+    rc = cli.main(["reproduce", "--profile", "ci", "--only", "toyrec", "--record", str(md), "--quiet", "--in-process"])
+    assert rc == 0
+    assert writes == [str(md)]  # claims table and the system's tables together, never half a record
+    text = md.read_text()
+    assert text.index("labkit-bench:claims:ci begin") < text.index("labkit-bench:toyrec:ci begin")

@@ -114,3 +114,77 @@ def test_built_folder_is_shareable_and_a_stray_file_is_refused(data_root):
     ds = D.make_dataset("toy-test", "small", force=True)
     assert ds.dir.is_dir() and ds.meta["n"] == 5000
     assert [p.name for p in stray.parent.iterdir() if p.name.startswith(".")] == []  # no leftovers
+
+
+def test_manifest_is_as_shareable_as_the_folder(data_root):
+    ds = D.make_dataset("toy-test", "ci")
+    assert ((ds.dir / "manifest.json").stat().st_mode & 0o777) == 0o666 & ~D._umask()  # not 0600
+
+
+def test_force_rebuild_interrupted_between_renames_restores_the_old_copy(data_root, monkeypatch):
+    ds = D.make_dataset("toy-test", "ci")
+    before = (ds.dir / "manifest.json").read_text()
+    real = os.rename
+
+    def rename(src, dst):
+        if ".building-" in str(src):  # the new build going into place: interrupt right before it
+            raise KeyboardInterrupt
+        real(src, dst)
+
+    monkeypatch.setattr(D.os, "rename", rename)
+    with pytest.raises(KeyboardInterrupt):
+        D.make_dataset("toy-test", "ci", force=True)
+    monkeypatch.setattr(D.os, "rename", real)
+    assert (ds.dir / "manifest.json").read_text() == before
+    assert [p.name for p in ds.dir.parent.iterdir()] == ["ci"]  # nothing hidden, nothing half-built
+    D._VERIFIED.clear()
+    assert D.open_dataset("toy-test", "ci", build=False).array("x").shape == (1000, 4)
+
+
+def _dead_pid():
+    import subprocess
+    import sys
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_leftovers_of_killed_builds_are_swept_and_a_parked_copy_comes_back(data_root):
+    """A build killed by SIGKILL leaves its pid-named folders; the next build clears or restores them."""
+    ds = D.make_dataset("toy-test", "ci")
+    parent, dead = ds.dir.parent, _dead_pid()
+    # Killed between the two renames of a --force rebuild: the copy is parked, no dataset in place.
+    parked = parent / f".ci.old-{dead}-abcd1234"
+    os.rename(ds.dir, parked)
+    half = parent / f".ci.building-{dead}-x1y2z3"
+    half.mkdir()
+    (half / "x.bin").write_bytes(b"partial")
+    mine = parent / f".ci.building-{os.getpid()}-live00"  # a live process's build is left alone
+    mine.mkdir()
+    legacy = parent / ".ci.building-q8r9s0t1"  # no pid in the name: not ours to judge
+    legacy.mkdir()
+    D._VERIFIED.clear()
+    again = D.open_dataset("toy-test", "ci", build=False)
+    assert again.array("x").shape == (1000, 4)
+    assert sorted(p.name for p in parent.iterdir()) == sorted(["ci", mine.name, legacy.name])
+    # A dead build's parked copy when the dataset is in place is superseded: removed.
+    stale = parent / f".ci.old-{dead}-ffff0000"
+    stale.mkdir()
+    D.make_dataset("toy-test", "ci")
+    assert not stale.exists() and mine.exists()
+
+
+def test_stream_closes_its_file_when_the_builder_fails(data_root):
+    held = []
+
+    @D.register_dataset("toy-stream-crash", description="fails inside a stream", profiles={"ci": {}})
+    def _crash(w, p):
+        with w.stream("y", np.int64) as s:
+            held.append(s)
+            s.append(np.arange(10, dtype=np.int64))
+            raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError, match="interrupted"):
+        D.make_dataset("toy-stream-crash", "ci")
+    assert held and held[0]._fh.closed
+    assert [p for p in (data_root / "toy-stream-crash").iterdir()] == []

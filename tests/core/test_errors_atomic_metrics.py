@@ -66,3 +66,53 @@ def test_result_table_html():
     t.add(name="b", extra="<x>")
     h = t._repr_html_()
     assert "<th>extra</th>" in h and "&lt;x&gt;" in h and "1.235" in h
+
+
+def test_atomic_write_keeps_the_mode_of_the_file_it_replaces(tmp_path):
+    """Not mkstemp's private 0600: BENCHMARKS.md and manifests stay as shareable as they were."""
+    import os
+
+    from labkit.core.atomic import _umask, atomic_write_text
+    p = tmp_path / "B.md"
+    atomic_write_text(p, "new file")
+    assert p.stat().st_mode & 0o777 == 0o666 & ~_umask()  # what open() would have made
+    os.chmod(p, 0o640)
+    atomic_write_text(p, "replaced")
+    assert p.stat().st_mode & 0o777 == 0o640 and p.read_text() == "replaced"
+    os.chmod(p, 0o604)
+    atomic_write_json(p, {"a": 1})
+    assert p.stat().st_mode & 0o777 == 0o604
+
+
+def test_atomic_write_through_a_symlink_updates_its_target(tmp_path):
+    import os
+
+    from labkit.core.atomic import atomic_write_text
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "x.md"
+    target.write_text("old")
+    os.chmod(target, 0o644)
+    link = tmp_path / "link.md"
+    link.symlink_to(os.path.join("real", "x.md"))
+    atomic_write_text(link, "via link")
+    assert link.is_symlink() and target.read_text() == "via link"
+    assert target.stat().st_mode & 0o777 == 0o644
+    assert sorted(x.name for x in (tmp_path / "real").iterdir()) == ["x.md"]  # temp file went beside the target
+    with pytest.raises(FileExistsError, match="link.md"):
+        atomic_write_text(link, "refused", overwrite=False)
+    assert target.read_text() == "via link"
+    dangling = tmp_path / "dangling.md"
+    dangling.symlink_to("real/new.md")
+    atomic_write_text(dangling, "created", overwrite=False)
+    assert dangling.is_symlink() and (tmp_path / "real" / "new.md").read_text() == "created"
+
+
+def test_record_metrics_replaces_its_own_output_atomically(tmp_path):
+    """Re-running a notebook (or its last cell) rewrites METRICS_OUT: that file is the run's output."""
+    import os
+    p = tmp_path / "m.json"
+    record_metrics({"a": 1}, str(p))
+    os.chmod(p, 0o644)
+    record_metrics({"a": 2}, str(p))
+    assert json.loads(p.read_text()) == {"a": 2} and p.stat().st_mode & 0o777 == 0o644
+    assert [x.name for x in tmp_path.iterdir()] == ["m.json"]
