@@ -239,10 +239,38 @@ def _bench_in_child(name: str, profile: str, quiet: bool):
     with tempfile.TemporaryDirectory(prefix="labkit-reproduce-") as td:
         out = Path(td) / "report.json"
         cmd = [sys.executable, "-m", "labkit.cli", "bench", name, "--profile", profile, "--json", str(out), "--force"]
-        r = subprocess.run(cmd + (["--quiet"] if quiet else []), stdout=subprocess.DEVNULL)
-        if r.returncode != 0 or not out.exists():
-            raise LabkitError(f"labkit bench {name} --profile {profile} exited with status {r.returncode}")
+        child = subprocess.Popen(cmd + (["--quiet"] if quiet else []), stdout=subprocess.DEVNULL)
+        try:
+            rc = child.wait()
+        except KeyboardInterrupt:
+            # Ctrl-C reached the child too (same process group); give it time to run its own clean-up
+            # (worker processes, memory cgroups, temporary tables) rather than killing it at once.
+            _stop_child(child)
+            raise
+        if rc != 0 or not out.exists():
+            raise LabkitError(f"labkit bench {name} --profile {profile} exited with status {rc}")
         return BenchReport.from_json(json.loads(out.read_text()))
+
+
+def _stop_child(child, grace_s: float = 30.0) -> None:
+    """Let an interrupted child bench finish its clean-up before it is killed.
+
+    A Ctrl-C at the terminal reaches the child too, so first it gets a few seconds alone; one
+    that is still running then gets SIGINT (the interrupt may have been sent to this process
+    only), and after `grace_s` in all it is killed. A second Ctrl-C here kills it at once.
+    """
+    import signal
+    import subprocess
+    try:
+        alone = min(5.0, grace_s / 3)
+        try:
+            child.wait(timeout=alone)
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGINT)
+            child.wait(timeout=grace_s - alone)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        child.kill()
+        child.wait()
 
 
 def _reproduce(args: argparse.Namespace) -> int:

@@ -114,6 +114,27 @@ def _probe() -> tuple[Path | None, str]:
     return parent, ""
 
 
+def sweep_cgroups(parent: Path) -> list[Path]:
+    """Remove the empty labkit memory cgroups under `parent` whose creating process is gone (a bench
+    killed before its clean-up); return those removed. Groups of live processes are left alone."""
+    removed = []
+    for g in Path(parent).glob("labkit-pyg-mmap-*"):
+        try:
+            pid = int(g.name.split("-")[3])
+            os.kill(pid, 0)
+            continue  # its process is alive: not ours to remove
+        except ProcessLookupError:
+            pass
+        except (ValueError, IndexError, PermissionError):
+            continue
+        try:
+            g.rmdir()  # refused while it still has tasks
+            removed.append(g)
+        except OSError:
+            pass
+    return removed
+
+
 class MemoryCgroup:
     """A fresh v1 memory cgroup under `parent`; removed on exit (its tasks killed first)."""
 
@@ -121,6 +142,7 @@ class MemoryCgroup:
         self.path = Path(parent) / f"labkit-pyg-mmap-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
     def __enter__(self) -> "MemoryCgroup":
+        sweep_cgroups(self.path.parent)
         self.path.mkdir()
         return self
 

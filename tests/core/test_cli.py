@@ -167,3 +167,21 @@ def test_reproduce_records_every_section_in_one_replacement(tmp_path, monkeypatc
     assert writes == [str(md)]  # claims table and the system's tables together, never half a record
     text = md.read_text()
     assert text.index("labkit-bench:claims:ci begin") < text.index("labkit-bench:toyrec:ci begin")
+
+
+def test_an_interrupted_child_bench_gets_to_clean_up(tmp_path):
+    """Ctrl-C during reproduce: the child bench runs its clean-up before it is stopped, never killed mid-way."""
+    import subprocess
+    import sys
+
+    from labkit.cli import _stop_child
+    done = tmp_path / "cleaned"
+    code = ("import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    time.sleep(0.3)\n"
+            f"    open({str(done)!r}, 'w').write('ok')\n")
+    child = subprocess.Popen([sys.executable, "-c", code])
+    _stop_child(child, grace_s=6.0)  # this child got no SIGINT of its own: it is sent one after 2 s
+    assert child.returncode is not None and done.read_text() == "ok"
+    stuck = subprocess.Popen([sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                              "time.sleep(60)"])
+    _stop_child(stuck, grace_s=1.5)  # ignores SIGINT: killed when the grace time is up
+    assert stuck.returncode == -9

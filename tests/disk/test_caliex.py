@@ -447,3 +447,20 @@ def test_sampled_entries_equal_memory_and_spare_hub_pages(ds):
         assert dt.file.counters.bytes_read <= 2 * 4096 < deg[hub[0]] * 4
     finally:
         dt.close()
+
+
+def test_cgroups_left_by_dead_benches_are_swept(tmp_path):
+    """A memory group whose bench was killed before its clean-up goes; a live process's group stays."""
+    import subprocess
+    import sys
+
+    from labkit.disk.pygmmap import sweep_cgroups
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    gone = tmp_path / f"labkit-pyg-mmap-{dead.pid}-abcd1234"
+    kept = tmp_path / f"labkit-pyg-mmap-{os.getpid()}-abcd1234"
+    other = tmp_path / "someone-elses-group"
+    for d in (gone, kept, other):
+        d.mkdir()
+    assert sweep_cgroups(tmp_path) == [gone]
+    assert not gone.exists() and kept.exists() and other.exists()
