@@ -176,8 +176,20 @@ class LiveJob:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout: float | None = 30.0) -> None:
+        """Ask the run to end after its current step and wait (up to `timeout` s) until it has.
+
+        When this returns the thread has ended and the batch iterator is closed (a pool's stream
+        has cleaned up), so the pool can be closed. A run still going after `timeout` (a step or
+        a wait for a batch that takes longer) raises TimeoutError; it still ends on its own later.
+        """
         self._stop.set()
+        if self._thread.ident is None or self._thread is threading.current_thread():
+            return  # never started, or asked from the run itself (on_step): it ends after this step
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"timeout={timeout!r}: the live job did not stop within {timeout} s (its current "
+                               "step or wait for a batch is still running); it stops after that, call join() to wait")
 
     @property
     def running(self) -> bool:

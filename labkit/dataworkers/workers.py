@@ -167,7 +167,8 @@ class ProcessWorkerPool:
         self.slots = SlotPool(0, self.max_workers * self.depth + 2)
         self.stats = PoolStats()
         self._ewma_task_s: float | None = None
-        self._closed = False
+        self._closed = False  # set by close(): no new work
+        self._torn_down = False  # set once close() has stopped every worker and unlinked every slot
         self._lock = threading.Lock()
         self.ready_depth = 0
         self.consumer_alive = False
@@ -461,25 +462,33 @@ class ProcessWorkerPool:
                         w.conn.send(None)
 
     def close(self, timeout: float = 2.0) -> None:
-        """Stop every worker (politely, then SIGKILL) and unlink every slot. Idempotent."""
+        """Stop every worker (politely, then SIGKILL) and unlink every slot. Idempotent.
+
+        The pool takes no new work from the first call on; it counts as closed only once the
+        teardown has finished, so a close interrupted part way (Ctrl-C during the joins, say) is
+        finished by the next call (yours, ``__del__`` or the one at exit).
+        """
+        # The lock is held throughout: _maintain cannot spawn meanwhile, and a second close()
+        # waits for this one, then returns or (if this one failed) finishes the job.
         with self._lock:
-            if self._closed:
+            if self._torn_down:
                 return
-            self._closed = True
-        for w in self._workers.values():
-            with contextlib.suppress(OSError, BrokenPipeError):
-                w.conn.send(None)
-        deadline = time.perf_counter() + timeout
-        for w in self._workers.values():
-            w.proc.join(max(0.0, deadline - time.perf_counter()))
-            if w.proc.is_alive():
-                w.proc.kill()
-                w.proc.join(1.0)
-            with contextlib.suppress(OSError):
-                w.conn.close()
-        self._workers.clear()
-        self.slots.close()
-        _LIVE_POOLS.discard(self)
+            self._closed = True  # no stream, no spawning from here on
+            for w in list(self._workers.values()):
+                with contextlib.suppress(OSError, BrokenPipeError):
+                    w.conn.send(None)
+            deadline = time.perf_counter() + timeout
+            for w in list(self._workers.values()):
+                w.proc.join(max(0.0, deadline - time.perf_counter()))
+                if w.proc.is_alive():
+                    w.proc.kill()
+                    w.proc.join(1.0)
+                with contextlib.suppress(OSError):
+                    w.conn.close()
+                self._workers.pop(w.wid, None)
+            self.slots.close()
+            _LIVE_POOLS.discard(self)
+            self._torn_down = True
 
     def __enter__(self) -> "ProcessWorkerPool":
         return self
@@ -518,14 +527,22 @@ class DaskWorkerPool:
             except (OSError, TimeoutError) as exc:
                 raise WorkerError(f"address={address!r}: cannot reach the Dask scheduler ({exc})") from None
         self.client, self.window, self.batch_timeout = client, int(window), float(batch_timeout)
-        self.address = client.scheduler.address
-        # A worker plugin rather than scattered data: a worker that restarts or joins gets the part
-        # too, and losing every holder of a scattered object would lose the job.
-        self._name = f"labkit-dw-{os.getpid()}-{id(self):x}"
-        from labkit.dataworkers.dask_plugin import PartPlugin
-        plugin = PartPlugin(self._name, part)
-        register = getattr(client, "register_plugin", None) or client.register_worker_plugin
-        register(plugin, name=self._name)
+        try:
+            self.address = client.scheduler.address
+            # A worker plugin rather than scattered data: a worker that restarts or joins gets the
+            # part too, and losing every holder of a scattered object would lose the job.
+            self._name = f"labkit-dw-{os.getpid()}-{id(self):x}"
+            from labkit.dataworkers.dask_plugin import PartPlugin
+            plugin = PartPlugin(self._name, part)
+            register = getattr(client, "register_plugin", None) or client.register_worker_plugin
+            register(plugin, name=self._name)
+        except BaseException:
+            # No pool comes back to close: a client we opened is closed here (a cluster we were
+            # given is closed by whoever started it, e.g. local()).
+            if self._own_client:
+                with contextlib.suppress(Exception):
+                    client.close(timeout=5)
+            raise
         self.stats = PoolStats()
         self._seq = 0
 
@@ -535,10 +552,24 @@ class DaskWorkerPool:
         from distributed import Client, LocalCluster
 
         check_range("workers", workers, 1, 64, integer=True)
+        # The pool's own checks, before any process starts (a bad value must not leave a cluster).
+        check_range("window", kw.get("window", 8), 1, 1024, integer=True)
+        check_range("batch_timeout", kw.get("batch_timeout", 60.0), 0, lo_open=True)
         cluster = LocalCluster(host="127.0.0.1", n_workers=workers, threads_per_worker=1, processes=True,
                                dashboard_address=None, silence_logs=40)
-        client = Client(cluster, set_as_default=False)
-        return cls(part, client=client, _cluster=cluster, **kw)
+        client = None
+        try:
+            client = Client(cluster, set_as_default=False)
+            return cls(part, client=client, _cluster=cluster, **kw)
+        except BaseException:
+            try:
+                if client is not None:
+                    with contextlib.suppress(Exception):
+                        client.close(timeout=5)
+            finally:
+                with contextlib.suppress(Exception):
+                    cluster.close(timeout=10)
+            raise
 
     @property
     def num_workers(self) -> int:
@@ -620,13 +651,16 @@ class DaskWorkerPool:
 
     def close(self) -> None:
         """Close the client (and the LocalCluster this pool started). Idempotent."""
-        with contextlib.suppress(Exception):
-            if self._own_client or self._cluster is not None:
-                self.client.close(timeout=5)
-        if self._cluster is not None:
+        try:
             with contextlib.suppress(Exception):
-                self._cluster.close(timeout=10)
-            self._cluster = None
+                if self._own_client or self._cluster is not None:
+                    self.client.close(timeout=5)
+        finally:
+            # Even when closing the client was interrupted: the cluster's processes must go.
+            if self._cluster is not None:
+                with contextlib.suppress(Exception):
+                    self._cluster.close(timeout=10)
+                self._cluster = None
 
     def __enter__(self) -> "DaskWorkerPool":
         return self

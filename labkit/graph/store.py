@@ -378,12 +378,18 @@ def local_cluster(n_workers: int, **kw):
     from dask.distributed import Client, LocalCluster
     cluster = LocalCluster(host="127.0.0.1", n_workers=n_workers, threads_per_worker=1, processes=True,
                            dashboard_address=None, **kw)
-    return Client(cluster, direct_to_workers=True)
+    try:
+        return Client(cluster, direct_to_workers=True)
+    except BaseException:
+        cluster.close()  # nobody else holds it: do not leave its worker processes behind
+        raise
 
 
 def close_cluster(client) -> None:
-    """Close `client` and the LocalCluster it was started on."""
+    """Close `client` and the LocalCluster it was started on (the cluster even if closing the client fails)."""
     cluster = client.cluster
-    client.close()
-    if cluster is not None:
-        cluster.close()
+    try:
+        client.close()
+    finally:
+        if cluster is not None:
+            cluster.close()

@@ -13,9 +13,10 @@ import re
 import shutil
 import tempfile
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -108,10 +109,15 @@ _ARRAY_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
 
 @dataclass
 class SlowTier:
-    """Full tables in memory-mapped files under one scratch folder (removed by :meth:`close`)."""
+    """Full tables in memory-mapped files under one scratch folder (removed by :meth:`close`).
+
+    A tier made by :meth:`create` that is never closed removes its folder when it is garbage
+    collected or, at the latest, when the interpreter exits.
+    """
 
     dir: Path
     files: list[Path] = field(default_factory=list)
+    _cleanup: Any = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def create(cls, root: str | os.PathLike | None = None) -> "SlowTier":
@@ -119,7 +125,10 @@ class SlowTier:
         if root is not None:
             Path(root).mkdir(parents=True, exist_ok=True)
         d = Path(tempfile.mkdtemp(prefix=f"picasso-slow-{uuid.uuid4().hex[:6]}-", dir=root))
-        return cls(d)
+        tier = cls(d)
+        # Holds the path, not the tier; runs once (close(), garbage collection or exit).
+        tier._cleanup = weakref.finalize(tier, shutil.rmtree, str(d), ignore_errors=True)
+        return tier
 
     def array(self, name: str, init: np.ndarray | tuple[int, int]) -> np.ndarray:
         """Return a writable memory-mapped array `name`, filled from `init` (or zeros of that shape).
@@ -142,7 +151,11 @@ class SlowTier:
         return np.asarray(mm)
 
     def close(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        """Remove the scratch folder and its files. Idempotent."""
+        if self._cleanup is not None:
+            self._cleanup()  # the finalizer: removes the folder at most once
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def hit_rate(hits: np.ndarray, lookups: np.ndarray) -> float:

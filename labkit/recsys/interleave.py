@@ -56,6 +56,7 @@ class _Step:
         self.dense_grads: list = [None] * self.n
         self.losses = [0.0] * self.n
         self.error: BaseException | None = None
+        self.taken = False  # the helper lane has taken this step (set under the Interleaver's lock)
 
     # ---- tasks -------------------------------------------------------------------------------
     def lookup(self, i: int) -> None:
@@ -116,11 +117,13 @@ class _Step:
         numba.set_num_threads(1)  # thread-local in numba: each lane's kernels use one core
         run = {"L": self.lookup, "M": self.mlp, "A": self.update}
         while True:
-            with self.cond:
-                task = self._take()
-            if task is None:
-                return
             try:
+                # Inside the try: a Ctrl-C reaching the caller while it waits here for the other
+                # lane must stop the step (error set, both lanes told) like one raised by a task.
+                with self.cond:
+                    task = self._take()
+                if task is None:
+                    return
                 run[task[0]](task[1])
             except BaseException as exc:  # noqa: BLE001  (re-raised by the caller)
                 with self.cond:
@@ -152,6 +155,7 @@ class Interleaver:
                     return
                 job = self._job
                 self._job = None
+                job.taken = True
             job.work()
             self._done.set()
 
@@ -171,6 +175,12 @@ class Interleaver:
                 self._go.notify()
             job.work()
             self._done.wait()
+        except BaseException as exc:
+            # Ctrl-C (or any error) anywhere in here: stop the helper lane and wait until it has
+            # finished its current task, so no embedding update of this step lands after we
+            # raise (a rerun would otherwise update the tables from two steps at once).
+            self._abandon(job, exc)
+            raise
         finally:
             torch.set_num_threads(saved_torch)
             numba.set_num_threads(saved_numba)
@@ -188,6 +198,22 @@ class Interleaver:
             p.grad = g
         model.dense_step()
         return float(sum(job.losses))
+
+    def _abandon(self, job: _Step, exc: BaseException) -> None:
+        """Make both lanes drop `job` (failed with `exc`) and wait for the helper lane to stop."""
+        with job.cond:
+            if job.error is None:
+                job.error = exc
+            job.cond.notify_all()
+        with self._go:
+            if self._job is job:
+                self._job = None  # never taken: the helper has nothing to stop
+            taken = job.taken
+        if taken:
+            # The helper finishes its current task (one micro-batch), sees the error and stops;
+            # a helper thread that died can never say so, hence the liveness check.
+            while not self._done.wait(0.05) and self._thread.is_alive():
+                pass
 
     def close(self) -> None:
         with self._go:

@@ -64,19 +64,32 @@ class RecModel:
         self.techniques = Techniques(bool(packing), int(interleave), float(cache))
         self.check = check
         tables = model_tables(kind, self.specs)
+        hidden = check_hidden(hidden)
+        tier = None
         if packing or cache > 0:
+            # Checked here too (PackedEmbeddings checks it) so that a bad value fails before the
+            # slow tier makes its folder.
+            check_range("lr", lr, 0.0, lo_open=True)
             # Caching without packing keeps one table per field (same kernels, F lookups).
             tier = SlowTier.create(slow_tier_root) if cache > 0 else None
-            self.embeddings = PackedEmbeddings(tables, optimizer=optimizer, lr=lr, seed=seed,
-                                               group_by="dim" if packing else "field", slow_tier=tier)
-        else:
-            self.embeddings = PerFieldEmbeddings(tables, optimizer=optimizer, lr=lr, seed=seed)
-        self.dense = DenseArch(kind, self.specs, n_dense=n_dense, hidden=check_hidden(hidden), seed=seed)
-        params = list(self.dense.parameters())
-        self.dense_opt = (torch.optim.SGD(params, lr=dense_lr) if dense_optimizer == "sgd"
-                          else torch.optim.Adagrad(params, lr=dense_lr))
-        self.loss_fn = nn.BCEWithLogitsLoss()
-        self._interleaver = Interleaver(interleave) if interleave > 1 else None
+        try:
+            if packing or cache > 0:
+                self.embeddings = PackedEmbeddings(tables, optimizer=optimizer, lr=lr, seed=seed,
+                                                   group_by="dim" if packing else "field", slow_tier=tier)
+            else:
+                self.embeddings = PerFieldEmbeddings(tables, optimizer=optimizer, lr=lr, seed=seed)
+            self.dense = DenseArch(kind, self.specs, n_dense=n_dense, hidden=hidden, seed=seed)
+            params = list(self.dense.parameters())
+            self.dense_opt = (torch.optim.SGD(params, lr=dense_lr) if dense_optimizer == "sgd"
+                              else torch.optim.Adagrad(params, lr=dense_lr))
+            self.loss_fn = nn.BCEWithLogitsLoss()
+            self._interleaver = Interleaver(interleave) if interleave > 1 else None
+        except BaseException:
+            # A half-built model is never returned, so nobody could close it: remove the slow
+            # tier's files now rather than leave them in the temp dir.
+            if tier is not None:
+                tier.close()
+            raise
 
     # ---- pieces the step is made of ------------------------------------------------------
     def loss(self, emb: torch.Tensor, batch: JaggedBatch) -> torch.Tensor:

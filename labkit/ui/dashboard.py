@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from collections import deque
 from typing import Any, Callable
 
@@ -148,9 +149,19 @@ class Dashboard:
             self._stop.wait(self.interval)
 
     def start(self) -> "Dashboard":
-        """Start sampling in a daemon thread (idempotent)."""
-        if self._thread is not None and self._thread.is_alive():
-            return self
+        """Start sampling in a daemon thread (idempotent).
+
+        Raises RuntimeError while the thread of an earlier :meth:`stop` that timed out is still
+        finishing a sample: two threads would sample (and draw) at once.
+        """
+        if self._thread is not None:
+            if self._thread.is_alive() and not self._stop.is_set():
+                return self
+            self._thread.join(0.1)
+            if self._thread.is_alive():
+                raise RuntimeError("the dashboard's previous sampling thread has not ended yet (stop() timed out "
+                                   "while it was taking a sample); call stop() again, then start()")
+            self._release()  # it ended after stop() gave up on it
         import psutil
         psutil.cpu_percent(percpu=True)  # prime: the first call measures since the last one
         self._t0 = time.monotonic()
@@ -163,17 +174,33 @@ class Dashboard:
             self._status.value = "<span style='color:green'>sampling</span>"
         return self
 
-    def stop(self) -> None:
-        """Stop the thread and wait for it; the figure keeps the last window."""
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop the thread and wait for it (`timeout` s, default 5 intervals + 5 s); the figure keeps the last window.
+
+        A thread still sampling after `timeout` (a slow `extra` probe, say) is kept, with a
+        warning: NVML stays up for it, and :meth:`start` refuses until it has ended.
+        """
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5 * self.interval + 5)
-            self._thread = None
+            wait = 5 * self.interval + 5 if timeout is None else timeout
+            self._thread.join(timeout=wait)
+            if self._thread.is_alive():
+                warnings.warn(f"the dashboard's sampling thread did not stop within {wait:g} s (a sample or an "
+                              "extra probe is still running); it ends after that sample. Call stop() again to "
+                              "wait for it", RuntimeWarning, stacklevel=2)
+                if self.view is not None:
+                    self._status.value = "stopping (a sample is still running)"
+                return
+        self._release()
+        if self.view is not None:
+            self._status.value = f"stopped after {len(self.samples)} samples"
+
+    def _release(self) -> None:
+        """Forget the ended thread and shut NVML down (only once no thread can read the GPU)."""
+        self._thread = None
         if self._gpu is not None:
             self._gpu.close()
             self._gpu = None
-        if self.view is not None:
-            self._status.value = f"stopped after {len(self.samples)} samples"
 
     @property
     def running(self) -> bool:

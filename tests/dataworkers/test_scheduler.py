@@ -101,7 +101,9 @@ def test_live_jobs_share_a_cpu_budget(image_prog, ctr_prog, no_leaks):
         last = sched.plans[-1]
         assert sum(last.values()) <= 3 and last["images"] >= last["ctr"] and last["images"] >= 2
     finally:
-        for live in lives:
-            live.stop()
-        for pool in pools:
-            pool.close()
+        try:
+            for live in lives:
+                live.stop()  # waits until its thread has ended and closed the stream
+        finally:
+            for pool in pools:
+                pool.close()

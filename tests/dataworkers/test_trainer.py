@@ -66,3 +66,45 @@ def test_cuda_step(image_prog):
     tr = Trainer(image_prog.model, image_prog.loss_fn, mode="cuda")
     stats = run(tr, monolithic_batches(image_prog, 0), max_batches=2)
     assert tr.label == "real model step on CUDA" and all(math.isfinite(x) for x in stats.losses)
+
+
+def _slow_batches(closed, gate=None):
+    """Endless batches, each after 0.2 s (or once `gate` is set); records when it is closed."""
+    import time
+    try:
+        while True:
+            if gate is not None:
+                gate.wait()
+            time.sleep(0.2)
+            yield (torch.zeros(1, 1), torch.zeros(1, 1))
+    finally:
+        closed.append(True)
+
+
+def test_live_job_stop_waits_until_the_run_has_ended(image_prog):
+    import time
+    closed = []
+    tr = Trainer(torch.nn.Linear(1, 1), torch.nn.functional.mse_loss, mode="emulated", emulated_step_s=0.01)
+    job = LiveJob(tr, _slow_batches(closed))
+    job.stop()  # before start: nothing to wait for
+    job = LiveJob(tr, _slow_batches(closed)).start()
+    while job.metrics()["batches"] < 1:
+        time.sleep(0.01)
+    job.stop()  # called while the run waits for its next batch
+    # Once stop() returns the run is over and its batch iterator (a pool's stream) is closed:
+    # the pool can be closed safely.
+    assert not job.running and closed == [True]
+    assert job.join(0).batches >= 1
+
+
+def test_live_job_stop_that_times_out_says_so(image_prog):
+    import threading
+    closed, gate = [], threading.Event()
+    tr = Trainer(torch.nn.Linear(1, 1), torch.nn.functional.mse_loss, mode="emulated", emulated_step_s=0.01)
+    job = LiveJob(tr, _slow_batches(closed, gate)).start()  # stuck waiting for a batch
+    with pytest.raises(TimeoutError, match=r"timeout=0.2: the live job did not stop within 0.2 s"):
+        job.stop(timeout=0.2)
+    assert job.running
+    gate.set()
+    job.stop()
+    assert not job.running and closed == [True]

@@ -91,17 +91,44 @@ def test_worker_exception_names_the_batch(image_prog, split, no_leaks):
 
 def test_trainer_stopping_early_cleans_up(image_prog, split, no_leaks):
     pool = ProcessWorkerPool(split.stateless, workers=2)
-    it = pool.stream(image_prog.batches(0) * 5)
-    next(it)
-    next(it)
-    it.close()  # the trainer stops early
-    # The pool is still usable, and late results of the abandoned stream are dropped: the new
-    # stream yields exactly its own batches, in order (no_leaks checks the processes went away).
-    keys = image_prog.batches(0)[3:6]
-    got = list(pool.stream(keys))
-    assert len(got) == 3 and all(same(a, b) for a, b in zip(reference(split, keys), got))
-    pool.close()
+    try:
+        it = pool.stream(image_prog.batches(0) * 5)
+        next(it)
+        next(it)
+        it.close()  # the trainer stops early
+        # The pool is still usable, and late results of the abandoned stream are dropped: the new
+        # stream yields exactly its own batches, in order (no_leaks checks the processes went away).
+        keys = image_prog.batches(0)[3:6]
+        got = list(pool.stream(keys))
+        assert len(got) == 3 and all(same(a, b) for a, b in zip(reference(split, keys), got))
+    finally:
+        pool.close()
     assert pool.num_workers == 0
+
+
+def test_close_interrupted_part_way_is_finished_by_the_next_close(image_prog, split, no_leaks):
+    from labkit.dataworkers import workers
+    from labkit.dataworkers.transport import slots_of
+    pool = ProcessWorkerPool(split.stateless, workers=2)
+    try:
+        assert len(list(pool.stream(image_prog.batches(0)[:3]))) == 3
+        assert slots_of(os.getpid())  # the shared-memory slots exist now
+        proc = next(iter(pool._workers.values())).proc
+        join = proc.join
+
+        def interrupted(*a, **k):
+            proc.join = join
+            raise KeyboardInterrupt  # Ctrl-C while close() waits for the workers
+
+        proc.join = interrupted
+        with pytest.raises(KeyboardInterrupt):
+            pool.close()
+        assert pool in workers._LIVE_POOLS  # not closed yet: the atexit hook would still finish it
+        with pytest.raises(WorkerError, match="the pool is closed"):
+            next(pool.stream(image_prog.batches(0)))  # but it takes no new work
+    finally:
+        pool.close()  # finishes the teardown (no_leaks checks processes and shared memory)
+    assert not pool.pids() and not slots_of(os.getpid()) and pool not in workers._LIVE_POOLS
 
 
 def test_all_workers_dead_without_respawn_is_an_error(image_prog, split, no_leaks):
@@ -160,6 +187,78 @@ def test_dask_backend_in_order_and_scheduler_loss(image_prog, split):
 def test_dask_needs_exactly_one_target(split):
     with pytest.raises(ValueError, match="address=None is not accepted"):
         DaskWorkerPool(split.stateless)
+
+
+def _new_children(before, wait_s=10.0):
+    """Child processes of this one not in `before`, after giving exiting ones `wait_s` to go.
+
+    multiprocessing's resource tracker is not counted: it lives as long as this process.
+    """
+    import psutil
+
+    def tracker(p):
+        try:
+            return any("resource_tracker" in a for a in p.cmdline())
+        except psutil.Error:
+            return False
+
+    kids = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and not tracker(p)]
+    _, alive = psutil.wait_procs(kids, timeout=wait_s)
+    return alive
+
+
+def test_dask_local_with_bad_arguments_starts_no_cluster(split):
+    import psutil
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(ValueError, match="window=0 is not accepted"):
+        DaskWorkerPool.local(split.stateless, workers=1, window=0)
+    with pytest.raises(ValueError, match="batch_timeout=0 is not accepted"):
+        DaskWorkerPool.local(split.stateless, workers=1, batch_timeout=0)
+    assert not _new_children(before, wait_s=0)
+
+
+@pytest.mark.dask
+@pytest.mark.slow
+def test_dask_pool_that_fails_to_start_closes_what_it_opened(split, monkeypatch):
+    import psutil
+    from distributed import Client, LocalCluster
+    opened = []
+
+    def refuse(self, plugin, name=None):
+        opened.append(self)
+        raise RuntimeError("plugin refused")
+
+    monkeypatch.setattr(Client, "register_plugin", refuse)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(RuntimeError, match="plugin refused"):
+        DaskWorkerPool.local(split.stateless, workers=1)
+    assert opened[-1].status == "closed" and not _new_children(before)
+    # A pool on a scheduler address closes the client it opened (the cluster is not its own).
+    cluster = LocalCluster(host="127.0.0.1", n_workers=0, dashboard_address=None)  # a scheduler, no workers
+    try:
+        with pytest.raises(RuntimeError, match="plugin refused"):
+            DaskWorkerPool(split.stateless, address=cluster.scheduler_address)
+        assert len(opened) == 2 and opened[-1].status == "closed"
+    finally:
+        cluster.close()
+
+
+def test_dask_pool_close_closes_its_cluster_even_if_closing_the_client_fails():
+    class Fake:
+        def __init__(self, exc=None):
+            self.exc, self.closed = exc, False
+
+        def close(self, timeout=None):
+            self.closed = True
+            if self.exc is not None:
+                raise self.exc
+
+    pool = DaskWorkerPool.__new__(DaskWorkerPool)  # just the parts close() uses
+    pool.client, pool._cluster, pool._own_client = Fake(KeyboardInterrupt()), Fake(), False
+    cluster = pool._cluster
+    with pytest.raises(KeyboardInterrupt):
+        pool.close()
+    assert pool.client.closed and cluster.closed and pool._cluster is None
 
 
 ORPHAN = r"""

@@ -119,6 +119,41 @@ def test_dask_store_crosses_processes_and_fails_loudly(g):
         close_cluster(client)
 
 
+class _FakeCluster:
+    def __init__(self, *a, **kw):
+        self.closed = False
+        _FakeCluster.made.append(self)
+
+    def close(self):
+        self.closed = True
+
+
+def test_local_cluster_and_close_cluster_never_leave_the_cluster_running(monkeypatch):
+    import dask.distributed
+
+    from labkit.graph.store import close_cluster, local_cluster
+
+    def no_client(*a, **kw):
+        raise OSError("scheduler unreachable")
+
+    _FakeCluster.made = []
+    monkeypatch.setattr(dask.distributed, "LocalCluster", _FakeCluster)
+    monkeypatch.setattr(dask.distributed, "Client", no_client)
+    with pytest.raises(OSError, match="scheduler unreachable"):
+        local_cluster(2)
+    assert _FakeCluster.made[0].closed  # the cluster nobody got back was closed
+
+    class FailingClient:
+        cluster = _FakeCluster()
+
+        def close(self):
+            raise KeyboardInterrupt  # Ctrl-C (or a dead scheduler) while the client closes
+
+    with pytest.raises(KeyboardInterrupt):
+        close_cluster(FailingClient())
+    assert FailingClient.cluster.closed
+
+
 def test_negatives_uniform_and_in_degree(g):
     csr, csc, *_ = g
     src = np.arange(200)

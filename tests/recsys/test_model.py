@@ -1,6 +1,8 @@
 """One model interface: every combination of packing, interleaving and caching trains identically."""
 
 import itertools
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -125,3 +127,122 @@ def test_predict_hashes_ids_where_the_spec_says_so_and_check_false_skips_checks(
         # check=False: the caller vouches for the data; names are not compared (documented opt-out)
         renamed = JaggedBatch(["A", "B"], hashed.values, hashed.lengths, hashed.dense, hashed.labels)
         assert torch.equal(trusted.predict(renamed), m.predict(hashed))
+
+
+def test_failed_constructor_leaves_no_slow_tier_files(tmp_path):
+    # dims 4 and 8: dlrm refuses them in its dense network, i.e. after the slow tier exists
+    specs = make_fields(4, cardinality=100, dims=[4, 8])
+    root = tmp_path / "tier"
+    for kind, kw, msg in (("wide_deep", dict(lr=-1.0), "lr=-1.0"), ("wide_deep", dict(hidden=(0,)), "hidden=0"),
+                          ("dlrm", {}, "dlrm needs one embedding dim")):
+        with pytest.raises(ValueError, match=msg) as e:
+            RecModel(kind, specs, packing=True, cache=0.05, slow_tier_root=root, **kw)
+        # Checked while the traceback (and the frames in it) is alive, as a notebook keeps the
+        # last one: the garbage collector cannot have removed the files yet.
+        assert e.tb is not None and (not root.exists() or not list(root.iterdir())), (kind, kw)
+
+
+# ---- interleaving interrupted: nothing of the step may run on after train_step has raised ----
+
+def _interleaved(monkeypatch):
+    """A warmed-up interleaved model, a batch, and the log of embedding updates (thread, time).
+
+    Updates are slowed down so that a helper lane left running would still be updating well
+    after train_step raised.
+    """
+    specs = make_fields(4, cardinality=2000, dims=8)
+    batch = SyntheticCTR(specs, seed=0).batch(512, 0)
+    m = RecModel("wide_deep", specs, packing=True, interleave=8)
+    m.train_step(batch)  # compiles the kernels
+    log = []
+    apply = m.embeddings.apply
+
+    def slow_apply(*a, **k):
+        time.sleep(0.05)
+        log.append((threading.current_thread().name, time.perf_counter()))
+        return apply(*a, **k)
+
+    monkeypatch.setattr(m.embeddings, "apply", slow_apply)
+    return m, batch, log
+
+
+def _tables(m):
+    return [m.embeddings.table_weights(i).copy() for i in range(len(m.embeddings.tables))]
+
+
+def _assert_step_left_nothing_running(m, log, raised_at):
+    after = _tables(m)
+    time.sleep(0.6)  # > the slowed-down updates a helper lane left running would still apply
+    assert [n for n, t in log if t > raised_at] == []
+    assert all(np.array_equal(a, b) for a, b in zip(after, _tables(m)))
+    assert m._interleaver._thread.is_alive()  # the helper lane is idle, ready for the next step
+
+
+def test_interrupted_interleaved_step_stops_the_helper_lane(monkeypatch):
+    from labkit.recsys import interleave
+    m, batch, log = _interleaved(monkeypatch)
+    try:
+        caller, work = threading.current_thread(), interleave._Step.work
+
+        def interrupted(self):
+            if threading.current_thread() is caller:
+                raise KeyboardInterrupt  # Ctrl-C as the caller starts its own lane
+            return work(self)
+
+        monkeypatch.setattr(interleave._Step, "work", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            m.train_step(batch)
+        _assert_step_left_nothing_running(m, log, time.perf_counter())
+        monkeypatch.setattr(interleave._Step, "work", work)
+        assert np.isfinite(m.train_step(batch))  # and the model trains on
+    finally:
+        m.close()
+
+
+def test_interrupt_while_waiting_for_the_other_lane_stops_the_helper_lane(monkeypatch):
+    from labkit.recsys import interleave
+    m, batch, log = _interleaved(monkeypatch)
+    try:
+        caller, take = threading.current_thread(), interleave._Step._take
+        armed = [True]
+
+        def interrupted(self):
+            # Ctrl-C reaching the caller while it waits (cond.wait) for the helper lane
+            if threading.current_thread() is caller and armed[0] and self.looked_up >= 1 and self.done_a == 0:
+                armed[0] = False
+                raise KeyboardInterrupt
+            return take(self)
+
+        monkeypatch.setattr(interleave._Step, "_take", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            m.train_step(batch)
+        assert not armed[0]
+        _assert_step_left_nothing_running(m, log, time.perf_counter())
+    finally:
+        m.close()
+
+
+def test_error_in_the_helper_lanes_scheduling_is_raised_not_hung(monkeypatch):
+    from labkit.recsys import interleave
+    m, batch, log = _interleaved(monkeypatch)
+    try:
+        take = interleave._Step._take
+
+        def broken(self):
+            if threading.current_thread().name == "picasso-interleave":
+                raise RuntimeError("scheduler broke")
+            return take(self)
+
+        monkeypatch.setattr(interleave._Step, "_take", broken)
+        out = []
+        # on a thread of its own, so that a hang fails this test rather than the whole run
+        t = threading.Thread(target=lambda: out.append(pytest.raises(RuntimeError, m.train_step, batch)), daemon=True)
+        t.start()
+        t.join(30)
+        assert not t.is_alive(), "train_step hung after the helper lane failed"
+        assert "scheduler broke" in str(out[0].value)
+        assert m._interleaver._thread.is_alive()
+        monkeypatch.setattr(interleave._Step, "_take", take)
+        assert np.isfinite(m.train_step(batch))
+    finally:
+        m.close()

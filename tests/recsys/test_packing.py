@@ -138,3 +138,28 @@ def test_slow_tier_refuses_names_that_are_not_plain_file_names(tmp_path, name):
     assert ok.sum() == 4 and tier.files[0].parent == tier.dir
     tier.close()
     assert not tier.dir.exists()
+
+
+def test_unclosed_slow_tier_is_removed_when_collected_and_close_is_idempotent(tmp_path):
+    import gc
+
+    from labkit.recsys.cache import SlowTier
+    tier = SlowTier.create(tmp_path)
+    tier.array("w", np.ones((4, 2), np.float32))
+    d = tier.dir
+    del tier
+    gc.collect()
+    assert not d.exists()
+    tier = SlowTier.create(tmp_path)
+    tier.close()
+    tier.close()
+    assert not tier.dir.exists() and not list(tmp_path.iterdir())
+
+
+def test_unclosed_slow_tier_is_removed_at_exit(tmp_path):
+    import subprocess
+    import sys
+    code = ("import sys; from labkit.recsys.cache import SlowTier\n"
+            "keep = SlowTier.create(sys.argv[1]); keep.array('w', (4, 2)); print(keep.dir, flush=True)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().startswith(str(tmp_path)) and not list(tmp_path.iterdir())

@@ -110,6 +110,37 @@ def test_dashboard_survives_broken_probe():
     assert d.samples and d.samples[-1]["bad"] is None and "probe broke" in d.errors[0]
 
 
+def test_dashboard_stop_that_times_out_keeps_the_thread_and_start_refuses():
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck():  # a probe that blocks (a hung NFS mount, say)
+        entered.set()
+        release.wait(30)
+        return 1.0
+
+    def ours():
+        return [t for t in threading.enumerate() if t.name == "labkit-dashboard"]
+
+    before = ours()
+    d = Dashboard(interval=0.05, extra={"stuck": stuck}, figure=False).start()
+    try:
+        assert entered.wait(30)
+        with pytest.warns(RuntimeWarning, match=r"sampling thread did not stop within 0.1 s"):
+            d.stop(timeout=0.1)
+        # The thread is still sampling: it is kept (NVML stays up for it), and no second one starts.
+        assert d.running and d._thread is not None and d._gpu is not None
+        with pytest.raises(RuntimeError, match="previous sampling thread has not ended yet"):
+            d.start()
+        assert len(ours()) == len(before) + 1
+    finally:
+        release.set()
+    d.stop()
+    assert not d.running and d._thread is None and d._gpu is None and ours() == before
+    d.start()  # and it starts again once the old thread has ended
+    d.stop()
+    assert not d.running
+
+
 def test_dashboard_bad_interval():
     with pytest.raises(ValueError, match="interval=0"):
         Dashboard(interval=0)
