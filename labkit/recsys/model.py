@@ -8,6 +8,9 @@ same initial weights.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -179,7 +182,7 @@ def count_ops(step, *, steps: int = 1) -> dict:
     """
     from torch.profiler import ProfilerActivity, profile
     step()  # warm: first calls allocate optimizer state
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with _without_profiler_banners(), profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             step()
     aten = kern = 0
@@ -193,3 +196,25 @@ def count_ops(step, *, steps: int = 1) -> dict:
             kern += 1
     return {"ops": (aten + kern) / steps, "aten_ops": aten / steps, "top_level_ops": (top + kern) / steps,
             "kernels": kern / steps}
+
+
+@contextlib.contextmanager
+def _without_profiler_banners():
+    """Keep torch's profiler start/stop banners ("USDT: ... profiler_start", "STAGE: ...", which its
+    C++ side writes straight to file descriptor 2) out of notebooks and logs; anything else written
+    to fd 2 meanwhile is passed on when the block ends."""
+    import tempfile
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            rest = [ln for ln in tmp.read().decode(errors="replace").splitlines(keepends=True)
+                    if not ln.startswith(("USDT:", "STAGE:"))]
+            if rest:
+                sys.stderr.write("".join(rest))

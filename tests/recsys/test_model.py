@@ -246,3 +246,13 @@ def test_error_in_the_helper_lanes_scheduling_is_raised_not_hung(monkeypatch):
         assert np.isfinite(m.train_step(batch))
     finally:
         m.close()
+
+
+def test_count_ops_keeps_profiler_banners_out_of_stderr(capfd):
+    """torch's profiler writes start/stop banners to fd 2; count_ops keeps them out of notebooks."""
+    from labkit.recsys.model import count_ops
+    x = torch.ones(4, requires_grad=True)
+    ops = count_ops(lambda: (x * 2).sum().backward())
+    assert ops["aten_ops"] > 0
+    err = capfd.readouterr().err
+    assert "profiler_start" not in err and "USDT" not in err
