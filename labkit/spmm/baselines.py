@@ -10,6 +10,9 @@ another changes nothing else, which is how the bench and the decoder compare the
   are fp32 with int32 indices: 8 bytes per non-zero.
 * ``ScipyCSR``: scipy.sparse.csr_array @ x, fp32 values and int32 indices (8 bytes per non-zero);
   scipy's CSR matvec is single-threaded.
+* ``BF16CSR``: CSR at the precision Tiled-CSL has: bf16 values and int32 column indices
+  (6 bytes per non-zero), with a numba row-parallel gather-dot written like the lab's own N = 1
+  kernel. It separates what the format buys from what 16-bit values buy over the fp32 CSRs.
 * ``TiledCSLMatmul``: the lab's kernels over Tiled-CSL words (4 bytes per non-zero).
 """
 
@@ -21,8 +24,10 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from numba import njit, prange
+
 from labkit.core.errors import bad_value, check_choice
-from labkit.spmm.kernels_cpu import KERNELS, spmm
+from labkit.spmm.kernels_cpu import KERNELS, _as_activations, _ld, _u32_as_f32, spmm
 from labkit.spmm.tiled_csl import TiledCSL, encode
 
 
@@ -118,6 +123,52 @@ class ScipyCSR:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return torch.from_numpy(self.weight @ x.float().numpy())
+
+
+@njit(fastmath=True, boundscheck=False, inline="always", cache=True)
+def _csr_row_dot(vals, cols, x):
+    # Indexed from 0 over slices, as the lab's own row loop is: LLVM then loads the values and
+    # columns contiguously and gathers only the activations.
+    s = np.float32(0.0)
+    for i in range(vals.shape[0]):
+        s += _u32_as_f32(np.uint32(vals[i]) << np.uint32(16)) * _ld(x, cols[i])
+    return s
+
+
+@njit(parallel=True, fastmath=True, boundscheck=False, cache=True)
+def _csr_bf16(indptr, cols, vals, x, y):
+    """y[r, j] = sum over row r's non-zeros of bf16 value * x[j, col] (x float32 (N, K), C order)."""
+    m = indptr.shape[0] - 1
+    for j in range(x.shape[0]):
+        xj = x[j]
+        for r in prange(m):
+            a, b = indptr[r], indptr[r + 1]
+            y[r, j] = _csr_row_dot(vals[a:b], cols[a:b], xj)
+
+
+class BF16CSR:
+    """W @ x with CSR at Tiled-CSL's precision: bf16 values (as uint16 bits), int32 columns; numba."""
+
+    name = "csr_bf16"
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        w = _check_weight(weight).to(torch.bfloat16)
+        csr = _to_csr(w)
+        self.indptr = csr.crow_indices().numpy().astype(np.int64)
+        self.cols = csr.col_indices().numpy().astype(np.int32)
+        self.vals = csr.values().view(torch.uint16).numpy().copy()
+        self.shape = tuple(w.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.indptr.nbytes + self.cols.nbytes + self.vals.nbytes)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        xn, one = _as_activations(x, self.shape[1])
+        xt = np.ascontiguousarray(xn.T)  # (N, K): each column's activations contiguous
+        y = np.empty((self.shape[0], xt.shape[0]), np.float32)
+        _csr_bf16(self.indptr, self.cols, self.vals, xt, y)
+        return torch.from_numpy(y[:, 0] if one else y)
 
 
 class TiledCSLMatmul:

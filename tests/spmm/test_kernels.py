@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.spmm.baselines import DenseTorch, ScipyCSR, TiledCSLMatmul, TorchCSR, roofline_bytes
+from labkit.spmm.baselines import BF16CSR, DenseTorch, ScipyCSR, TiledCSLMatmul, TorchCSR, roofline_bytes
 from labkit.spmm.kernels_cpu import bucket, spmm
 from labkit.spmm.prune import magnitude_prune, random_mask, random_sparse
 from labkit.spmm.tiled_csl import encode
@@ -78,12 +78,18 @@ def test_all_operators_agree():
     w = random_sparse((64, 96), 0.7, seed=1)
     x = torch.randn(96, 3).to(torch.bfloat16)
     ref = (w.double() @ x.double()).numpy()
-    for op in (DenseTorch(w), DenseTorch(w, torch.float32), TorchCSR(w), ScipyCSR(w),
+    for op in (DenseTorch(w), DenseTorch(w, torch.float32), TorchCSR(w), ScipyCSR(w), BF16CSR(w),
                TiledCSLMatmul(w), TiledCSLMatmul(w, kernel="dense_tile")):
         y = op(x).double().numpy()
         assert y.shape == (64, 3)
         assert np.abs(y - ref).max() <= 2e-2 * np.abs(ref).max(), op.name   # dense bf16 rounds its output
     assert TiledCSLMatmul(w).nbytes < DenseTorch(w).nbytes < DenseTorch(w, torch.float32).nbytes
+    # bf16 CSR: 6 bytes per non-zero against the fp32 CSRs' 8, and exact on bf16 weights at N = 1
+    nnz = int((w != 0).sum())
+    assert BF16CSR(w).nbytes == 6 * nnz + 8 * 65 and ScipyCSR(w).nbytes == 8 * nnz + 4 * 65
+    x1 = torch.randn(96).to(torch.bfloat16)
+    y1 = BF16CSR(w)(x1)
+    assert y1.shape == (64,) and np.allclose(y1.numpy(), (w.double() @ x1.double()).numpy(), rtol=1e-5, atol=1e-5)
     rb = roofline_bytes(1000, 1000, 1, 0.8)
     assert rb["dense"] / rb["tiled_csl"] == pytest.approx(2.5, rel=1e-2)
 
