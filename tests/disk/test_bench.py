@@ -1,0 +1,29 @@
+"""`labkit bench disk` at profile ci: every claim is measured, and what explains them is recorded."""
+
+import importlib
+import math
+
+import pytest
+
+from labkit.core.systems import registered
+
+
+@pytest.mark.slow
+def test_bench_ci_measures_every_claim():
+    importlib.import_module("labkit.disk.bench")  # registers the system
+    rep = registered()["disk"].run_bench("ci", progress=False)
+    claims = {c.id: c for c in rep.claims}
+    assert set(claims) == {"disk.speedup_naive", "disk.speedup_naive_gat", "disk.speedup_ginex",
+                           "disk.slowdown_vs_memory", "disk.tuner_gap"}
+    for cid, c in claims.items():
+        assert c.measured is not None and math.isfinite(c.measured), cid
+    assert claims["disk.tuner_gap"].measured >= 0  # the tuned split against the best of a sweep that holds it
+    r = rep.results
+    for model, names in (("sage", ("naive", "ginex", "caliex", "memory")), ("gat", ("naive", "caliex"))):
+        for n in names:
+            assert r[f"disk.{model}.{n}.wall_s_per_batch"] > 0 and r[f"disk.{model}.{n}.open_s"] > 0
+            assert 0 <= r[f"disk.{model}.{n}.acc_last_batches"] <= 1
+        # the one-off setup is charged somewhere: per mini-batch of an epoch, and said in a note
+        assert r[f"disk.{model}.caliex.setup_s_per_epoch_batch"] > 0
+    assert any(n.startswith("disk.speedup_naive_gat: CaliEX's one-off setup") for n in rep.notes)
+    assert 0 <= r["disk.hit_rate_features"] <= 1 and r["disk.read_amplification"] >= 1
