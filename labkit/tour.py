@@ -8,9 +8,13 @@ show the bench harness at work.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
 import numpy as np
 
-from labkit.core.bench import Bench, Claim
+from labkit.core.bench import BEGIN, END, Bench, BenchReport, Claim
 from labkit.core.errors import check_range
 
 TOUR_CLAIMS = [Claim("tour.sorted_gather_speedup", "gathering rows in sorted id order beats random order",
@@ -46,6 +50,69 @@ def gather_bench(rows: int, batch: int, dim: int = 16, repeats: int = 5, progres
                   repeats=repeats, warmup=1, min_sample_s=0.01, work=batch * dim * 4, work_unit="B")
     b.measure("tour.sorted_gather_speedup", c.ratio("random order", "sorted order"))
     return c, b
+
+
+class TourReport(BenchReport):
+    """The tour's bench report, headed as what it is: a toy bench run in the notebook, not a ``labkit bench`` system."""
+
+    def to_markdown(self) -> str:
+        head, _, rest = super().to_markdown().partition("\n")
+        if not head.startswith("#"):  # the harness changed its layout: keep its text whole
+            rest = head + "\n" + rest
+        return f"### {self.title or 'Tour'} (the tour's toy bench, run here in the notebook)\n" + rest
+
+
+def tour_report(bench: Bench) -> TourReport:
+    """Return `bench`'s report as a :class:`TourReport` (same numbers, a header that names the tour)."""
+    r = bench.report()
+    return TourReport(**{f.name: getattr(r, f.name) for f in dataclasses.fields(r)})
+
+
+CLAIMS_KEY = "claims:small"
+
+
+@dataclass
+class RecordedClaims:
+    """The five systems' claims table as ``labkit reproduce --profile small --record`` last wrote it."""
+
+    markdown: str
+    path: str
+
+    @property
+    def rows(self) -> list[dict]:
+        """One dict per claim row (system, id, claim, paper, measured, target, verdict)."""
+        lines = [ln for ln in self.markdown.splitlines() if ln.startswith("|")]
+        if len(lines) < 2:
+            return []
+        cols = [c.strip() for c in lines[0].strip("|").split("|")]
+        return [dict(zip(cols, (c.strip().strip("`*") for c in ln.strip("|").split("|")))) for ln in lines[2:]]
+
+    def _repr_markdown_(self) -> str:
+        return self.markdown
+
+    def _repr_html_(self) -> str:
+        from labkit.core.metrics import markdown_table_html
+        return markdown_table_html(self.markdown)
+
+    def __str__(self) -> str:
+        return self.markdown
+
+
+def recorded_claims(path: str | None = None) -> RecordedClaims:
+    """Read the claims section of BENCHMARKS.md (the clone's, unless `path`): every system's claims in one table.
+
+    Misses are shown in bold. Raises ValueError when the file has no such section (run
+    ``labkit reproduce --profile small --record`` to write one).
+    """
+    p = Path(path) if path else Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
+    text = p.read_text(encoding="utf-8") if p.exists() else ""
+    b, e = BEGIN.format(key=CLAIMS_KEY), END.format(key=CLAIMS_KEY)
+    if b not in text or e not in text:
+        raise ValueError(f"path={str(p)!r} has no {CLAIMS_KEY} section; expected a BENCHMARKS.md written by "
+                         "`labkit reproduce --profile small --record`")
+    lines = text.split(b, 1)[1].split(e, 1)[0].strip().splitlines()
+    lines = [ln.replace("| miss |", "| **miss** |") if ln.rstrip().endswith("| miss |") else ln for ln in lines]
+    return RecordedClaims("\n".join(lines), str(p))
 
 
 def busy_work(seconds: float = 2.0, n: int = 384) -> int:

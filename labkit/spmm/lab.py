@@ -14,28 +14,43 @@ from labkit.spmm.prune import check_sparsity, random_sparse
 from labkit.spmm.tiled_csl import TiledCSL, byte_bound_speedup, encode
 
 
-def machine_roofline(mib: int = 256, repeats: int = 3) -> dict:
+def machine_roofline(mib: int = 256, repeats: int = 3, *, min_sample_s: float = 0.2) -> dict:
     """Return measured memory bandwidth (GB/s, torch sum over `mib` MiB) and fp32/bf16 GEMM FLOP/s.
 
     A skinny product W (M x K) @ X (K x N) in 16-bit does 2MKN FLOPs over ~2MK bytes, an
     arithmetic intensity of ~N FLOP/byte; it is memory-bound while N is below the ridge point
-    flops / bandwidth.
+    flops / bandwidth. Each rate is the best of at least `repeats` timed calls, repeated until
+    `min_sample_s` seconds have been timed, after untimed warm-up calls for half as long: the first
+    calls of a process (threads and cores waking up, pages not yet mapped) can read several times
+    slower than the machine is.
     """
     check_range("mib", mib, 16, 8192, integer=True)
+    check_range("repeats", repeats, 1, integer=True)
+    check_range("min_sample_s", min_sample_s, 0.0, 10.0)
     a = torch.ones(mib * 2**20 // 4, dtype=torch.float32)
-    a.sum()
-    t = min(_timed(a.sum) for _ in range(repeats))
-    bw = a.numel() * 4 / t
+    bw = a.numel() * 4 / _best_time(a.sum, repeats, min_sample_s)
     del a
     out = {"bandwidth_GBps": bw / 1e9}
     for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         x = torch.randn(1024, 1024).to(dt)
-        x @ x
-        t = min(_timed(lambda: x @ x) for _ in range(repeats))
-        out[f"gemm_{name}_GFLOPs"] = 2 * 1024**3 / t / 1e9
+        out[f"gemm_{name}_GFLOPs"] = 2 * 1024**3 / _best_time(lambda: x @ x, repeats, min_sample_s) / 1e9
     out["ridge_flop_per_byte_bf16"] = out["gemm_bf16_GFLOPs"] / out["bandwidth_GBps"]
     out["threads"] = torch.get_num_threads()
     return out
+
+
+def _best_time(fn, repeats: int, min_sample_s: float) -> float:
+    """Best of at least `repeats` timed calls of `fn`, until `min_sample_s` is timed, after warm-up calls for half that."""
+    warm = 0.0
+    while True:  # at least one warm-up call
+        warm += _timed(fn)
+        if warm >= min_sample_s / 2:
+            break
+    best, spent, n = float("inf"), 0.0, 0
+    while n < repeats or spent < min_sample_s:
+        t = _timed(fn)
+        best, spent, n = min(best, t), spent + t, n + 1
+    return best
 
 
 def _timed(fn) -> float:

@@ -1,4 +1,4 @@
-"""CaliEX widgets: budget/split sliders with live stage times, the tuner curve, the stage timeline."""
+"""CaliEX widgets: budget/split sliders with live stage times, the tuner curve, the stage timeline, the tables."""
 
 from __future__ import annotations
 
@@ -129,3 +129,30 @@ def stage_timeline(stats, title: str = "") -> Any:
                     orientation="h", marker_color=color, name=st, text=[str(b % 1000) for b, _, _ in spans])
     fig.update_layout(barmode="overlay", xaxis_title="seconds", height=260, title=title or stats.schedule)
     return fig
+
+
+def side_by_side_table(runs: dict, title: str = "per mini-batch") -> Any:
+    """Return a ResultTable with one row per system: time, busy seconds per stage, hit rates, MiB read, last loss.
+
+    `runs` maps a system's name to the ``(stats, metrics)`` of its run (the first two items
+    :func:`run_system` returns); every time is per mini-batch.
+    """
+    from labkit.core.metrics import ResultTable
+
+    table = ResultTable(title=title)
+    for name, (r, m) in runs.items():
+        per = max(1, r.batches)
+        table.add(system=name, s_per_batch=r.per_batch, **{st: r.busy[st] / per for st in STAGE_COLORS},
+                  hit_topology=m["hit_rate_topology"], hit_features=m["hit_rate_features"],
+                  MiB_read=m.get("bytes_read", 0) / 2**20, loss=r.losses[-1] if r.losses else float("nan"))
+    return table
+
+
+def group_table(system) -> Any:
+    """Return a ResultTable of the tuner's predicted seconds per mini-batch for each sampling group G it scored."""
+    from labkit.core.metrics import ResultTable
+
+    chosen = getattr(system, "group", None)
+    rows = [{"sampling group G": g, "predicted s per mini-batch": t, "picked": "yes" if g == chosen else ""}
+            for g, t in sorted(system.info.get("predicted_by_group", {}).items())]
+    return ResultTable(rows, title="sampling group: the tuner's prediction per G")

@@ -1,4 +1,5 @@
-"""PICASSO widgets: technique toggles with live throughput, op counts and hit rate; the cache curve."""
+"""PICASSO widgets and the notebook's helpers: technique toggles with live throughput, op counts and hit
+rate; the cache curve; operator counts, same-loss training and a watched training run."""
 
 from __future__ import annotations
 
@@ -120,3 +121,152 @@ def cache_curve_explorer(stage, counts, batches, *, fractions=(0.005, 0.01, 0.02
         return {"cache_pct": pct, "hit_rate": hr, "curve": curve}
 
     return slider_plot(controls, update, fig, title="Hot-row cache: hit rate against cache size")
+
+
+def ops_vs_fields(fields=(4, 8, 16, 32), *, cardinality: int = 1_000, dim: int = 16, batch: int = 256,
+                  kind: str = "wide_deep") -> Any:
+    """Return a ResultTable: operators per training step of the per-field and the packed model, per field count.
+
+    Each row builds both models on `fields` fields of `cardinality` rows and `dim` columns and
+    counts one training step on the same synthetic batch with :func:`labkit.recsys.model.count_ops`.
+    """
+    from labkit.core.errors import bad_value
+    from labkit.core.metrics import ResultTable
+    from labkit.recsys.data import SyntheticCTR, make_fields
+    from labkit.recsys.model import RecModel, count_ops
+
+    if not isinstance(fields, (tuple, list)) or not fields:
+        raise bad_value("fields", fields, "a non-empty tuple of field counts")
+    table = ResultTable(title=f"operators per {({'wide_deep': 'Wide & Deep'}).get(kind, kind)} training step")
+    for n_fields in fields:
+        specs = make_fields(int(n_fields), cardinality=cardinality, dims=dim)
+        b = SyntheticCTR(specs).batch(batch, 0)
+        row: dict[str, Any] = {"fields": int(n_fields)}
+        for packing in (False, True):
+            with RecModel(kind, specs, packing=packing) as m:
+                row["packed" if packing else "per-field"] = count_ops(lambda: m.train_step(b))["ops"]
+        row["ratio"] = row["per-field"] / row["packed"]
+        table.add(**row)
+    return table
+
+
+#: The settings :func:`same_loss` trains by default: the baseline, packing, and all three techniques.
+LOSS_SETTINGS = {"per-field": {}, "packed": {"packing": True},
+                 "all three": {"packing": True, "interleave": 4, "cache": 0.05}}
+
+
+def same_loss(specs, batches, settings: dict | None = None, *, kind: str = "wide_deep", rtol: float = 1e-4,
+              warm_batches: int = 2) -> tuple[Any, dict, bool]:
+    """Train one model per setting on the same `batches` from the same seed; return (table, losses, match).
+
+    `settings` maps a name to :class:`labkit.recsys.model.RecModel` keyword arguments (default
+    :data:`LOSS_SETTINGS`; the first is the reference). A setting with a cache warms it on the
+    first `warm_batches` batches first. ``losses`` maps each name to its loss per step; ``match`` is
+    whether every setting's losses equal the reference's within `rtol`; the table has one row per step.
+    """
+    import numpy as np
+
+    from labkit.core.errors import bad_value
+    from labkit.core.metrics import ResultTable
+    from labkit.recsys.model import RecModel
+
+    settings = dict(LOSS_SETTINGS if settings is None else settings)
+    batches = list(batches)
+    if not settings or not batches:
+        raise bad_value("settings" if not settings else "batches", settings if not settings else batches,
+                        "at least one setting and one batch")
+    losses: dict[str, list[float]] = {}
+    for name, kw in settings.items():
+        with RecModel(kind, specs, **kw) as m:
+            if kw.get("cache"):
+                m.warm_cache(batches[:warm_batches])
+            losses[name] = [m.train_step(b) for b in batches]
+    ref = next(iter(losses.values()))
+    match = all(np.allclose(v, ref, rtol=rtol) for v in losses.values())
+    rows = [{"step": i, **{k: v[i] for k, v in losses.items()}} for i in range(len(batches))]
+    return ResultTable(rows, title=f"loss per step; match: {match}"), losses, bool(match)
+
+
+def cache_demo(fields: int, rows: int, batch: int, *, dim: int = 4, seed: int = 3, count_batches: int = 10,
+               measure_batches: int = 3, value_pct: int = 5):
+    """Return ``(view, fig, state)`` of :func:`cache_curve_explorer` over its own tiered packed stage.
+
+    `fields` fields with Criteo-like table sizes (log-uniform, up to 20 x `rows` rows) and `dim`
+    columns live in a memory-mapped slow tier; the cache plan is counted on `count_batches`
+    synthetic batches of `batch` samples and the hit rate measured on `measure_batches` others.
+    The explorer owns the stage (``state.stage``): its files are removed when the explorer is
+    garbage-collected or the kernel exits, so the slider keeps working until then (``state.close()``
+    removes them now; the slider then shows an error).
+    """
+    import weakref
+
+    from labkit.recsys.cache import SlowTier
+    from labkit.recsys.data import SyntheticCTR, criteo_like_cardinalities, make_fields
+    from labkit.recsys.packing import PackedEmbeddings
+    from labkit.recsys.tables import tables_for
+
+    specs = make_fields(fields, cardinality=criteo_like_cardinalities(fields, max_rows=20 * rows), dims=dim)
+    gen = SyntheticCTR(specs, seed=seed)
+    stage = PackedEmbeddings(tables_for(specs), slow_tier=SlowTier.create())
+    try:
+        counts = stage.count_ids(gen.batch(batch, i) for i in range(count_batches))
+        view, fig, state = cache_curve_explorer(stage, counts, [gen.batch(batch, 100 + i)
+                                                                for i in range(measure_batches)],
+                                                value_pct=value_pct)
+    except BaseException:
+        stage.close()
+        raise
+    state.stage = stage
+    state.close = weakref.finalize(state, stage.close)  # runs once: close(), garbage collection or exit
+    return view, fig, state
+
+
+class SampleRate:
+    """A dashboard probe: training samples per second since its previous reading (0.0 at the first)."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._last: tuple[float, int] | None = None
+
+    def add(self, n: int) -> None:
+        self.total += int(n)
+
+    def __call__(self) -> float:
+        now, total = time.monotonic(), self.total
+        last, self._last = self._last, (now, total)
+        if last is None or now <= last[0]:
+            return 0.0
+        return (total - last[1]) / (now - last[0])
+
+
+def train_watched(specs, batches, seconds: float, *, interval: float = 0.2, show=None, kind: str = "wide_deep",
+                  **model_kw) -> tuple[Any, dict]:
+    """Train a model for `seconds` (cycling through `batches`) under a utilisation dashboard.
+
+    The dashboard's extra series is the training throughput (samples per second between two
+    samples). `model_kw` go to :class:`labkit.recsys.model.RecModel` (default: packing on).
+    `show(view)` is called with the dashboard's view before training (pass IPython's ``display``).
+    Returns ``(dashboard, {"steps", "samples", "seconds"})``.
+    """
+    from labkit.core.errors import bad_value, check_range
+    from labkit.recsys.model import RecModel
+    from labkit.ui.dashboard import Dashboard
+
+    check_range("seconds", seconds, 0, lo_open=True)
+    batches = list(batches)
+    if not batches:
+        raise bad_value("batches", batches, "at least one batch")
+    rate = SampleRate()
+    steps = 0
+    with RecModel(kind, specs, **{"packing": True, **model_kw}) as m, \
+            Dashboard(interval=interval, extra={"samples/s": rate}) as dash:
+        if show is not None:
+            show(dash.view)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            b = batches[steps % len(batches)]
+            m.train_step(b)
+            rate.add(b.batch_size)
+            steps += 1
+        took = time.perf_counter() - t0
+    return dash, {"steps": steps, "samples": rate.total, "seconds": took}

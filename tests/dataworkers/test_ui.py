@@ -8,7 +8,8 @@ from labkit.dataworkers.autoscale import Autoscaler
 from labkit.dataworkers.extract import extract
 from labkit.dataworkers.simulator import Cluster, compare
 from labkit.dataworkers.workers import ProcessWorkerPool
-from labkit.ui.dataworkers import control_panel, cut_graph, simulator_explorer, simulator_plots
+from labkit.ui.dataworkers import (control_panel, cut_graph, history_table, live_job, simulator_explorer,
+                                  simulator_plots)
 
 
 def test_cut_graph_colours_moved_nodes(image_prog):
@@ -53,6 +54,13 @@ def test_simulator_explorer_sliders_rerun_the_simulator():
     assert state.result["elastic"].avg_jct <= first["elastic"].avg_jct
     assert "better" in fig.layout.title.text
     assert len(simulator_plots(state.result).data) == 4
+    # The CDF and utilisation plots under the bars follow the sliders (same run as the bars).
+    assert state.plots in view.children and len(state.plots.data) == 4
+    assert [t.name for t in state.plots.data] == [t.name for t in simulator_plots(state.result).data]
+    assert list(state.plots.data[0].x) == list(simulator_plots(state.result).data[0].x)
+    state.controls["load"].value = 0.8
+    assert state.plots.layout.title.text == simulator_plots(state.result).layout.title.text
+    assert list(state.plots.data[2].y) == list(simulator_plots(state.result).data[2].y)
 
 
 @pytest.mark.parametrize("kw, match", [({"n_jobs": 0}, r"n_jobs=0"), ({"load": 0.9}, r"load=0.9"),
@@ -60,3 +68,51 @@ def test_simulator_explorer_sliders_rerun_the_simulator():
 def test_simulator_explorer_rejects_bad_settings(kw, match):
     with pytest.raises(ValueError, match=match):
         simulator_explorer(**{"n_jobs": 10, **kw})
+
+
+def test_live_job_runs_in_the_background_and_always_closes_its_pool(image_prog, no_leaks):
+    import time
+    split = extract(image_prog)
+    live = live_job(image_prog, split, seconds=3.0, max_workers=2, max_cpus=2, window_s=0.3, interval=0.2)
+    redraws, redraw = [], live.panel.redraw
+    live.panel.redraw = lambda: (redraws.append(1), redraw())
+    try:
+        assert live.job.running and live.dash.running  # started, and live_job returned at once
+        assert live.view.children[0].children[-1] is live.panel.buttons["kill"]
+        assert not live.killed
+        assert live.kill_once(at_s=1.0) and live.killed
+        assert not live.kill_once(at_s=1.5)  # once only
+        time.sleep(0.5)
+        stats = live.finish()
+    finally:
+        live.close()  # idempotent
+    assert stats.batches > 0 and not live.job.running and not live.dash.running
+    assert live.pool_stats["worker_deaths"] == 1 and live.pool_stats["delivered"] == stats.batches
+    # The dashboard's ticks redrew the per-worker bars (not only the kill and slider did).
+    assert len(redraws) >= 5 and sum(live.panel.fig.data[0].y) >= 1
+    assert any(s.get("workers") for s in live.dash.samples)
+    t = history_table(live.scaler)
+    assert t.title == "autoscaler windows" and len(t.rows) == len(live.scaler.history) >= 1
+    assert list(t.rows[0]) == ["t (s)", "workers after action", "batches/s", "stall", "job CPUs busy", "action"]
+    assert [r["workers after action"] for r in t.rows] == [h.workers for h in live.scaler.history]
+
+
+def test_live_job_kill_once_does_nothing_after_the_job_ended(image_prog, no_leaks):
+    split = extract(image_prog)
+    live = live_job(image_prog, split, seconds=0.5, max_workers=1, max_cpus=1)
+    try:
+        live.job.join()
+        assert not live.kill_once(at_s=0.1) and not live.killed
+    finally:
+        live.finish()
+    assert live.pool_stats["worker_deaths"] == 0
+
+
+def test_control_panel_redraw_counts_batches_per_worker(image_prog, no_leaks):
+    split = extract(image_prog)
+    with ProcessWorkerPool(split.stateless, workers=1, max_workers=2) as pool:
+        view, fig, state = control_panel(pool, None, max_cpus=2)
+        got = len(list(pool.stream(image_prog.batches(0))))
+        assert sum(fig.data[0].y or ()) == 0  # drawn before any batch
+        state.redraw()
+        assert sum(fig.data[0].y) == got and state.updates == 1  # a redraw is not a budget change

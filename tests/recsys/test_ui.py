@@ -45,3 +45,81 @@ def test_embedding_side_by_side_runs_the_bench_case():
         embedding_side_by_side("ci", fields=0, rows=300, batch=64)
     with pytest.raises(ValueError, match="profile='huge'"):
         embedding_side_by_side("huge", fields=4, rows=300, batch=64)
+
+
+def test_ops_vs_fields_counts_flat_packed_ops():
+    from labkit.ui.recsys import ops_vs_fields
+    t = ops_vs_fields((2, 8), cardinality=50, dim=4, batch=16)
+    assert [r["fields"] for r in t.rows] == [2, 8] and "Wide & Deep" in t.title
+    few, many = t.rows
+    assert many["per-field"] > few["per-field"] and many["packed"] == few["packed"]  # packing adds rows, not ops
+    assert all(r["ratio"] == r["per-field"] / r["packed"] for r in t.rows)
+    with pytest.raises(ValueError, match="fields"):
+        ops_vs_fields(())
+
+
+def test_same_loss_trains_every_setting_on_the_same_batches():
+    from labkit.recsys.data import SyntheticCTR, make_fields
+    from labkit.ui.recsys import LOSS_SETTINGS, same_loss
+    specs = make_fields(4, cardinality=200, dims=8)
+    gen = SyntheticCTR(specs, seed=1)
+    batches = [gen.batch(64, i) for i in range(3)]
+    table, losses, match = same_loss(specs, batches)
+    assert list(losses) == list(LOSS_SETTINGS) and all(len(v) == 3 for v in losses.values())
+    assert match is True and "match: True" in table.title and [r["step"] for r in table.rows] == [0, 1, 2]
+    assert table.rows[1]["packed"] == losses["packed"][1]
+    # A different model (another seed) does not match: the check is real.
+    _, _, differs = same_loss(specs, batches, {"a": {}, "b": {"seed": 7}})
+    assert differs is False
+
+
+def test_cache_demo_owns_its_stage_until_the_explorer_goes():
+    import gc
+
+    from labkit.ui.recsys import cache_demo
+    view, fig, state = cache_demo(6, 500, 64, count_batches=3, measure_batches=2)
+    tier_dir = state.stage.slow_tier.dir
+    assert tier_dir.exists() and 0 < state.result["hit_rate"] <= 1
+    state.controls["cache %"].value = 20
+    assert state.error is None and state.result["cache_pct"] == 20  # the slider still works: nothing closed
+
+    def close_widgets(w):  # what closing the notebook does: the widget registry lets the explorer go
+        for c in getattr(w, "children", ()):
+            close_widgets(c)
+        w.close()
+    close_widgets(view)
+    del view, fig, state
+    gc.collect()
+    assert not tier_dir.exists()  # files removed with the explorer (or at exit)
+    _, _, state = cache_demo(6, 500, 64, count_batches=3, measure_batches=2)
+    tier_dir = state.stage.slow_tier.dir
+    state.close()
+    assert not tier_dir.exists() and not state.close.alive
+
+
+def test_sample_rate_probe_reads_samples_per_second_between_readings(monkeypatch):
+    from labkit.ui import recsys as ui
+    clock = iter([10.0, 12.0, 12.0, 13.0])
+    monkeypatch.setattr(ui.time, "monotonic", lambda: next(clock))
+    r = ui.SampleRate()
+    assert r() == 0.0  # first reading: nothing to compare with
+    r.add(100)
+    assert r() == 50.0  # 100 samples in 2 s
+    assert r() == 0.0   # no time passed
+    r.add(30)
+    assert r() == 30.0 and r.total == 130
+
+
+def test_train_watched_trains_for_its_seconds_with_a_throughput_series():
+    from labkit.recsys.data import SyntheticCTR, make_fields
+    from labkit.ui.recsys import train_watched
+    specs = make_fields(3, cardinality=100, dims=4)
+    batches = [SyntheticCTR(specs).batch(32, i) for i in range(2)]
+    shown = []
+    dash, out = train_watched(specs, batches, 0.6, interval=0.1, show=shown.append)
+    assert shown == [dash.view] and not dash.running
+    assert out["seconds"] >= 0.6 and out["steps"] >= 2 and out["samples"] == 32 * out["steps"]
+    rates = [s["samples/s"] for s in dash.samples]
+    assert len(rates) >= 3 and max(rates) > 0
+    with pytest.raises(ValueError, match="seconds"):
+        train_watched(specs, batches, 0)

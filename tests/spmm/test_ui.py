@@ -74,3 +74,26 @@ def test_roofline_points_measure_every_kernel_at_every_n():
         lab.roofline_points(w, enc, ns=())
     with pytest.raises(ValueError, match=r"n=65"):
         lab.roofline_points(w, enc, ns=(65,))
+
+
+def test_roofline_timing_is_the_best_of_a_warmed_sample(monkeypatch):
+    """Slow first calls (cold threads, contention) neither count nor cut the sample short."""
+    times = iter([0.5, 0.3] + [0.02] * 50)
+    calls = []
+
+    def fake_timed(fn):
+        calls.append(fn)
+        return next(times)
+    monkeypatch.setattr(lab, "_timed", fake_timed)
+    # Warm-up runs until half of min_sample_s (0.1 s: the 0.5 s call alone); then at least 3 timed
+    # calls and 0.2 s: 0.3 + 0.02 + 0.02. The best of them is kept.
+    assert lab._best_time(object(), 3, 0.2) == 0.02
+    assert len(calls) == 1 + 3
+    calls.clear()
+    times = iter([0.01] * 100)
+    assert lab._best_time(object(), 3, 0.0) == 0.01 and len(calls) == 1 + 3  # one warm-up, `repeats` timed
+
+
+def test_machine_roofline_checks_its_sample_time():
+    with pytest.raises(ValueError, match="min_sample_s"):
+        lab.machine_roofline(16, min_sample_s=-1)

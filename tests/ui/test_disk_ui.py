@@ -7,7 +7,7 @@ import pytest
 from labkit.core.datasets import open_dataset
 from labkit.core.memory import MemoryBudget
 from labkit.disk.system import presample, workload
-from labkit.ui.disk import READ_COLORS, run_system, split_explorer
+from labkit.ui.disk import READ_COLORS, group_table, run_system, side_by_side_table, split_explorer
 
 
 @pytest.fixture(scope="module")
@@ -49,3 +49,24 @@ def test_run_system_shows_progress_only_when_asked(setup, capsys):
     r2, _, _ = run_system("naive", ds, budget, cfg, seeds, pre=pre, progress=False)
     assert capsys.readouterr().err == ""
     assert r2.losses == pytest.approx(r.losses, rel=1e-5)  # same batches, same training
+
+
+def test_side_by_side_table_has_one_row_per_system_per_mini_batch(setup):
+    ds, cfg, budget, pre, seeds = setup
+    naive, naive_m, _ = run_system("naive", ds, budget, cfg, seeds, pre=pre, progress=False)
+    memory, memory_m, _ = run_system("memory", ds, 1 << 40, cfg, seeds, pre=pre, progress=False)
+    t = side_by_side_table({"naive": (naive, naive_m), "memory": (memory, memory_m)})
+    assert [r["system"] for r in t.rows] == ["naive", "memory"] and t.title == "per mini-batch"
+    row = t.rows[0]
+    assert row["s_per_batch"] == naive.per_batch and row["train"] == naive.busy["train"] / naive.batches
+    assert row["MiB_read"] == naive_m["bytes_read"] / 2**20 > 0 and row["hit_features"] == 0
+    assert t.rows[1]["MiB_read"] == 0 and t.rows[1]["loss"] == memory.losses[-1] == naive.losses[-1]
+
+
+def test_group_table_marks_the_picked_group():
+    from types import SimpleNamespace
+    s = SimpleNamespace(group=2, info={"predicted_by_group": {4: 0.3, 1: 0.5, 2: 0.2}})
+    t = group_table(s)
+    assert [(r["sampling group G"], r["predicted s per mini-batch"], r["picked"]) for r in t.rows] == [
+        (1, 0.5, ""), (2, 0.2, "yes"), (4, 0.3, "")]
+    assert group_table(SimpleNamespace(group=1, info={})).rows == []  # a system the tuner did not size
