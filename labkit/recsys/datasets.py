@@ -84,5 +84,7 @@ def load_batches(profile: str = "ci", *, batch_size: int | None = None) -> tuple
                     per_field[f].append(np.asarray(values[a:z]))
             lens = np.asarray(lengths[s0:s1]).T.reshape(-1)
             vals = np.concatenate([np.concatenate(p) for p in per_field])
-            yield JaggedBatch([s.name for s in specs], vals, lens, np.asarray(dense[s0:s1]), np.asarray(labels[s0:s1]))
+            # dense and labels are copied out of the read-only memory map: torch.from_numpy warns
+            # on (and must not write through) a non-writable array.
+            yield JaggedBatch([s.name for s in specs], vals, lens, np.array(dense[s0:s1]), np.array(labels[s0:s1]))
     return specs, it()

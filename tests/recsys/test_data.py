@@ -155,6 +155,8 @@ def test_dataset_builds_and_streams_back(tmp_path, monkeypatch):
     assert len(got) == p["batches"]
     ref = SyntheticCTR(specs, seed=0).batch(p["batch"], 3)
     assert np.array_equal(got[3].values, ref.values) and np.array_equal(got[3].labels, ref.labels)
+    # batches own writable arrays (torch.from_numpy warns on the read-only memory map)
+    assert all(a.flags.writeable for a in (got[0].values, got[0].lengths, got[0].dense, got[0].labels))
     _, it2 = load_batches("ci", batch_size=300)
     re = list(it2)
     assert sum(r.batch_size for r in re) == p["batch"] * p["batches"]
