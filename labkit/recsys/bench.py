@@ -373,10 +373,11 @@ def bench(b: Bench) -> None:
         b.note(f"Interleaving gains only {r3['interleave_over_packing']:.2f}x: two one-thread lanes can at best finish "
                f"a step in {bound:.1f} ms (half of {e1 + m1:.1f} ms of one-thread work, the embedding half on one lane), "
                f"against {en + mn:.1f} ms for both halves at {tn} threads, a ceiling of {ceiling:.2f}x; {why}. "
-               f"Run side by side on two threads, one thread each, the halves slow each other: the embedding half "
-               f"takes {p['embedding_slowdown_beside']:.2f}x its time alone and the dense half "
-               f"{p['dense_slowdown_beside']:.2f}x (medians; recsys.e2e_part_slowdown_*_beside), so two lanes do not "
-               "get two cores' worth of work done.", claim="recsys.interleave_speedup")
+               f"Run side by side on two threads, one thread each, the embedding half took "
+               f"{p['embedding_slowdown_beside']:.2f}x its time alone and the dense half "
+               f"{p['dense_slowdown_beside']:.2f}x (medians; recsys.e2e_part_slowdown_*_beside; above 1 means the "
+               "lanes slow each other, so two lanes get less than two cores' worth of work done).",
+               claim="recsys.interleave_speedup")
     if r3["interleave"] < 1:
         b.note("Interleaving the per-field model itself loses (recsys.interleave_on_per_field): every "
                "micro-batch repeats its F lookups, F backward ops and their Python dispatch, so the op count "
