@@ -157,6 +157,19 @@ def test_on_saturated_cpus_a_starving_trainer_gets_another_worker():
     assert all(h.action == "hold" for h in s.history if h.t > 17)
 
 
+def test_a_step_that_feeds_a_starving_trainer_is_kept_though_the_rate_looks_flat():
+    # Measured on the image job on a busy machine: at one worker the trainer waited 60% of its time;
+    # with two it waited 17-24%, but a noisy neighbour kept the rate windows flat. Judged on the rate
+    # alone the step was reverted twice and the job ran at one worker for good.
+    table = {1: (26.0, 0.60, 1.40), 2: (25.5, 0.20, 1.55), 3: (25.5, 0.19, 1.60)}
+    job = TableJob(table, max_workers=3)
+    s = Autoscaler(job, max_workers=3, window_s=1.0, clock=job.clock, cpus=2, job_cpu=Meter(job))
+    job.drive(s, 20.0)
+    assert job.target == 2  # the stall fell by two thirds: kept; a third cuts nothing more: reverted
+    acts = [h.action for h in s.history]
+    assert acts[:3] == ["add", "probe", "add"] and "revert" in acts  # 2 kept at once; 3 tried, reverted
+
+
 def test_sheds_workers_that_only_time_slice_the_cpus():
     job = CpuBoundJob(25, 100, start=4)
     s = Autoscaler(job, max_workers=8, window_s=1.0, clock=job.clock, cpus=2, job_cpu=Meter(job))
