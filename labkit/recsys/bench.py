@@ -360,7 +360,10 @@ def bench(b: Bench) -> None:
     e1, m1, en, mn = p[f"embedding@{t1}"], p[f"dense@{t1}"], p[f"embedding@{tn}"], p[f"dense@{tn}"]
     b.note(f"recsys.interleave_speedup compares packing+interleave ({E2E_CONFIG['micro_batches']} micro-batches on two "
            f"lanes of one thread each, {r3['ms'][r3['names'][1]]:.1f} ms) with {r3['names'][0]} "
-           f"({r3['ms'][r3['names'][0]]:.1f} ms), the faster non-interleaved setting. Halves of the packed step "
+           f"({r3['ms'][r3['names'][0]]:.1f} ms), the faster non-interleaved setting (the claim is the median of "
+           f"the per-round ratios; the ratio of the two medians is "
+           f"{r3['ms'][r3['names'][0]] / r3['ms'][r3['names'][1]]:.2f}, and where the two differ much the rounds "
+           "scattered: see the min-max column). Halves of the packed step "
            "alone (fastest of 7 runs): "
            f"embedding {e1:.1f} ms and dense {m1:.1f} ms at {t1} thread, {en:.1f} and {mn:.1f} ms at {tn}.")
     if r3["interleave_over_packing"] < 1.1:
