@@ -224,11 +224,13 @@ class _Laggards:
     def __init__(self):
         self.lock = threading.Lock()
         self.running = 0
+        self.started = 0
         self.stopped = []
 
     def run(self, work, seconds=0.3):
         with self.lock:
             self.running += 1
+            self.started += 1
         try:
             time.sleep(seconds)
             work()
@@ -236,6 +238,13 @@ class _Laggards:
             with self.lock:
                 self.running -= 1
                 self.stopped.append(time.perf_counter())
+
+    def wait_started(self, n=3, timeout=10.0):
+        """Block until `n` siblings run (so the failing request fails while they are all busy, not
+        before a loaded machine got them started: those not started are cancelled, not waited for)."""
+        end = time.perf_counter() + timeout
+        while self.started < n and time.perf_counter() < end:
+            time.sleep(0.001)
 
 
 # Four single pages far apart: four runs, so four I/O threads, one request each (the first page first).
@@ -261,6 +270,7 @@ def test_failed_streamed_read_stops_its_threads_first(blob, monkeypatch, exc):
     def pread_copy(fd, addr, staging, slot, offs, lens, want, ext_ptr, ext_list, ext_off, lengths, dst, out,
                    first, step):
         if first == 0:
+            lag.wait_started()
             raise exc("request failed")
         lag.run(lambda: out.fill(7))  # a slow sibling: lands late, then copies into the output
         return -1
@@ -283,6 +293,7 @@ def test_failed_wave_read_stops_its_threads_first(blob, monkeypatch, exc):
 
     def preadv(fd, bufs, offset, *a):
         if offset == 0:
+            lag.wait_started()
             raise exc("request failed")
         box = []
         lag.run(lambda: box.append(real(fd, bufs, offset, *a)))  # lands late in the staging buffer
