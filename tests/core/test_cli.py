@@ -1,8 +1,7 @@
 import json
 import subprocess
 import sys
-
-import pytest
+import time
 
 from labkit import cli
 
@@ -175,13 +174,23 @@ def test_an_interrupted_child_bench_gets_to_clean_up(tmp_path):
     import sys
 
     from labkit.cli import _stop_child
-    done = tmp_path / "cleaned"
-    code = ("import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    time.sleep(0.3)\n"
+    done, ready = tmp_path / "cleaned", tmp_path / "ready"
+    code = (f"import time\ntry:\n    open({str(ready)!r}, 'w').close()\n    time.sleep(60)\n"
+            "except KeyboardInterrupt:\n    time.sleep(0.3)\n"
             f"    open({str(done)!r}, 'w').write('ok')\n")
     child = subprocess.Popen([sys.executable, "-c", code])
+    for _ in range(3000):  # a loaded machine may take a while to start Python
+        if ready.exists():
+            break
+        time.sleep(0.01)
     _stop_child(child, grace_s=6.0)  # this child got no SIGINT of its own: it is sent one after 2 s
     assert child.returncode is not None and done.read_text() == "ok"
+    up = tmp_path / "up"
     stuck = subprocess.Popen([sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-                              "time.sleep(60)"])
+                              f"open({str(up)!r}, 'w').close()\ntime.sleep(60)"])
+    for _ in range(3000):
+        if up.exists():
+            break
+        time.sleep(0.01)
     _stop_child(stuck, grace_s=1.5)  # ignores SIGINT: killed when the grace time is up
     assert stuck.returncode == -9
