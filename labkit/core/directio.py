@@ -454,18 +454,7 @@ class DirectFile:
                 _copy_run(staging, slot, i, ext_ptr, ext_list, ext_off, lengths, dst, flat)
                 first = i + qd
 
-        if qd == 1:
-            worker(0)
-        else:
-            futures = []
-            try:
-                for w in range(qd):
-                    futures.append(self._pool.submit(worker, w))
-                for f in futures:
-                    f.result()
-            except BaseException:
-                _settle(futures)
-                raise
+        self._run_workers(worker, qd)
 
     def _read_runs(self, run_page: np.ndarray, run_pages: np.ndarray, run_base: np.ndarray) -> None:
         """Read one wave of runs into the staging buffer from Python (the page-cache fallback, or no libc pread)."""
@@ -487,18 +476,23 @@ class DirectFile:
                 if not direct:
                     os.posix_fadvise(fd, offl[i], lenl[i], os.POSIX_FADV_DONTNEED)
 
+        self._run_workers(worker, qd)
+
+    def _run_workers(self, worker, qd: int) -> None:
+        """Run ``worker(0..qd-1)``, on this thread when qd is 1, else on the pool; if one fails,
+        the others are cancelled or waited for (:func:`_settle`) before the error is raised."""
         if qd == 1:
             worker(0)
-        else:
-            futures = []
-            try:
-                for w in range(qd):
-                    futures.append(self._pool.submit(worker, w))
-                for f in futures:
-                    f.result()
-            except BaseException:
-                _settle(futures)
-                raise
+            return
+        futures = []
+        try:
+            for w in range(qd):
+                futures.append(self._pool.submit(worker, w))
+            for f in futures:
+                f.result()
+        except BaseException:
+            _settle(futures)
+            raise
 
     # -- lifecycle ----------------------------------------------------------------------------
     def close(self) -> None:
