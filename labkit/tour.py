@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from labkit.core.bench import BEGIN, END, Bench, BenchReport, Claim
+from labkit.core.bench import Bench, BenchReport, Claim, read_section
 from labkit.core.errors import check_range
 
 TOUR_CLAIMS = [Claim("tour.sorted_gather_speedup", "gathering rows in sorted id order beats random order",
@@ -104,15 +103,13 @@ def recorded_claims(path: str | None = None) -> RecordedClaims:
     Misses are shown in bold. Raises ValueError when the file has no such section (run
     ``labkit reproduce --profile small --record`` to write one).
     """
-    p = Path(path) if path else Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
-    text = p.read_text(encoding="utf-8") if p.exists() else ""
-    b, e = BEGIN.format(key=CLAIMS_KEY), END.format(key=CLAIMS_KEY)
-    if b not in text or e not in text:
-        raise ValueError(f"path={str(p)!r} has no {CLAIMS_KEY} section; expected a BENCHMARKS.md written by "
+    body, p = read_section(CLAIMS_KEY, path)
+    if body is None:
+        raise ValueError(f"path={p!r} has no {CLAIMS_KEY} section; expected a BENCHMARKS.md written by "
                          "`labkit reproduce --profile small --record`")
-    lines = text.split(b, 1)[1].split(e, 1)[0].strip().splitlines()
+    lines = body.strip().splitlines()
     lines = [ln.replace("| miss |", "| **miss** |") if ln.rstrip().endswith("| miss |") else ln for ln in lines]
-    return RecordedClaims("\n".join(lines), str(p))
+    return RecordedClaims("\n".join(lines), p)
 
 
 def busy_work(seconds: float = 2.0, n: int = 384) -> int:

@@ -479,24 +479,31 @@ def _benchmarks_path() -> str:
     return str(Path(__file__).resolve().parents[2] / "BENCHMARKS.md")
 
 
+def read_section(key: str, path: str | None = None) -> tuple[str | None, str]:
+    """Return (the body of the harness-owned section `key` of BENCHMARKS.md, or None, and the file read);
+    the clone's BENCHMARKS.md unless `path`."""
+    from pathlib import Path
+    p = Path(path or _benchmarks_path())
+    text = p.read_text(encoding="utf-8") if p.exists() else ""
+    b, e = BEGIN.format(key=key), END.format(key=key)
+    if b not in text or e not in text:
+        return None, str(p)
+    return text.split(b, 1)[1].split(e, 1)[0], str(p)
+
+
 def recorded(system: str, profile: str = "small", path: str | None = None) -> Recorded:
     """Read `system`'s section of BENCHMARKS.md (the clone's, unless `path`): claims and notes.
 
     Raises ValueError naming the system when the file has no such section (not benched and
     recorded at that profile yet).
     """
-    from pathlib import Path
-
     from labkit.catalog import NAMES
     check_choice("system", system, NAMES)
     profile = check_profile(profile)
-    p = Path(path or _benchmarks_path())
-    text = p.read_text(encoding="utf-8") if p.exists() else ""
-    b, e = BEGIN.format(key=f"{system}:{profile}"), END.format(key=f"{system}:{profile}")
-    if b not in text or e not in text:
+    body, p = read_section(f"{system}:{profile}", path)
+    if body is None:
         raise ValueError(f"system={system!r} has no section for profile {profile} in {p}; record one with "
                          f"`labkit bench {system} --profile {profile} --record`")
-    body = text.split(b, 1)[1].split(e, 1)[0]
     lines = body.strip().splitlines()
     run = next((ln for ln in lines if ln.startswith("Run ")), "")
     claims, notes, in_claims = [], [], False
