@@ -64,7 +64,8 @@ class ModelConfig:
 class SAGE(nn.Module):
     def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int) -> None:
         super().__init__()
-        from torch_geometric.nn import SAGEConv
+        from labkit.graph.pyglayers import layer
+        SAGEConv = layer("SAGEConv")
         dims = [in_dim] + [hidden] * (layers - 1) + [out_dim]
         self.convs = nn.ModuleList(SAGEConv(dims[i], dims[i + 1]) for i in range(layers))
 
@@ -95,7 +96,8 @@ def layer_adjacency(edge_index: torch.Tensor, n_in: int, n_out: int, e: int) -> 
 class GAT(nn.Module):
     def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int, heads: int) -> None:
         super().__init__()
-        from torch_geometric.nn import GATConv
+        from labkit.graph.pyglayers import layer
+        GATConv = layer("GATConv")
         convs = []
         d = in_dim
         for i in range(layers):

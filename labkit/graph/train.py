@@ -18,7 +18,8 @@ class SAGE(torch.nn.Module):
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, num_layers: int = 2, dropout: float = 0.2) -> None:
         super().__init__()
-        from torch_geometric.nn import SAGEConv
+        from labkit.graph.pyglayers import layer
+        SAGEConv = layer("SAGEConv")
         check_range("num_layers", num_layers, 1, integer=True)
         dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
         self.convs = torch.nn.ModuleList(SAGEConv(a, b) for a, b in zip(dims[:-1], dims[1:]))
