@@ -26,6 +26,30 @@ def test_bench_ci_measures_every_claim():
     assert 0.5 < claims["recsys.cache_hit_5pct"].measured <= 1
     r = rep.results
     assert abs(r["recsys.e2e_loss_baseline"] - r["recsys.e2e_loss_packed"]) < 1e-4
+    # every contender trained what the baseline trains on its batches (else the claims stay unmeasured)
+    assert r["recsys.e2e_loss_max_rel_diff"] < 1e-4
+    assert r["recsys.emb_weights_max_abs_diff_f26"] < 1e-4 and r["recsys.emb_weights_max_abs_diff_f52"] < 1e-4
+    # caching alone and all three together are timed too, with the cache serving lookups
+    assert r["recsys.e2e_caching_alone"] > 0 and r["recsys.e2e_all_three"] > 0
+    assert 0 < r["recsys.e2e_cache_hit_rate_caching"] <= 1
+    assert 0 < r["recsys.e2e_cache_hit_rate_packing_interleave_caching"] <= 1
+    if trec.available():
+        assert r["recsys.packed_vs_torchrec_ebc_f100"] > 0
     assert r["recsys.lookups_per_step_packed_f26"] == 1 and r["recsys.lookups_per_step_per_field_f26"] == 26
     # the halves of the packed step side by side (the interleaver's lanes): measured, not assumed
     assert r["recsys.e2e_part_slowdown_embedding_beside"] > 0 and r["recsys.e2e_part_slowdown_dense_beside"] > 0
+
+
+@pytest.mark.slow
+def test_a_contender_that_trains_differently_leaves_the_claims_unmeasured(monkeypatch):
+    from labkit.core.bench import Bench
+    from labkit.recsys import bench as rb
+    from labkit.recsys.packing import PackedEmbeddings
+    apply = PackedEmbeddings.apply
+    # a "faster" packed stage that takes twice the step: not the baseline's training any more
+    monkeypatch.setattr(PackedEmbeddings, "apply", lambda self, batch, emb, grad: apply(self, batch, emb, grad * 2))
+    b = Bench("recsys", "ci", rb.CLAIMS, progress=False)
+    out = rb.e2e_case(b, rb.SIZES["ci"])
+    assert out["loss_diff"] > rb.LOSS_TOL
+    assert not rb._trained_alike(b, out["loss_diff"], rb.LOSS_TOL, "the models", "recsys.e2e_speedup_f100")
+    assert any(n.startswith("recsys.e2e_speedup_f100 not measured") for n in b.report().notes)

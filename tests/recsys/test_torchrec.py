@@ -35,3 +35,12 @@ def test_torchrec_refuses_shared_features():
     specs = make_fields(2, cardinality=10)
     with pytest.raises(ValueError, match="one table per feature"):
         trec.TorchRecEmbeddings(tables_for(specs, wide=True))
+
+
+def test_ebc_refuses_rowwise_adagrad_rather_than_swapping_it():
+    # TorchRec has row-wise Adagrad only fused into the backward; the plain collection must not
+    # quietly train with full Adagrad under that name.
+    tables = tables_for(make_fields(2, cardinality=10))
+    with pytest.raises(ValueError, match=r"optimizer='rowwise_adagrad' is not accepted.*kind='fused'"):
+        trec.TorchRecEmbeddings(tables, kind="ebc", optimizer="rowwise_adagrad")
+    trec.TorchRecEmbeddings(tables, kind="fused", optimizer="rowwise_adagrad")  # the fused one has it

@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from labkit.core.errors import check_choice
+from labkit.core.errors import bad_value, check_choice
 from labkit.recsys.data import JaggedBatch
 from labkit.recsys.tables import Table, canonical_order, init_table
 
@@ -49,6 +49,9 @@ class TorchRecEmbeddings:
                  lr: float = 0.05, eps: float = 1e-10, seed: int = 0) -> None:
         check_choice("kind", kind, KINDS)
         check_choice("optimizer", optimizer, ("sgd", "adagrad", "rowwise_adagrad"))
+        if kind == "ebc" and optimizer == "rowwise_adagrad":
+            raise bad_value("optimizer", optimizer, "'sgd' or 'adagrad' for kind='ebc' (TorchRec has row-wise "
+                            "Adagrad only fused into the backward: kind='fused')")
         from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
         from torchrec.modules.embedding_modules import EmbeddingBagCollection
         from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
