@@ -356,15 +356,25 @@ def cache_case(b: Bench, sz: dict) -> dict:
             stage = PackedEmbeddings(tables_for(specs), slow_tier=tier)
             counts = stage.count_ids(gen.batch(sz["batch"], i) for i in range(20))
             test = [gen.batch(sz["batch"], 1000 + i) for i in range(5)]
+            seen = int(sum(int(np.count_nonzero(c)) for c in counts))
             for frac in (0.01, 0.02, 0.05, 0.10, 0.20):
                 stage.plan_cache(CachePlan.from_fraction(counts, frac))
                 for t in test:
                     stage.lookup(t)
                 hr = stage.hit_rate
                 b.record(f"recsys.cache_hit_{name}_{int(frac * 100)}pct", hr)
+                b.record(f"recsys.cache_rows_cached_{name}_{int(frac * 100)}pct", stage.cached_rows)
                 if frac == 0.05:
                     out[name] = hr
             b.record(f"recsys.cache_rows_{name}", stage.total_rows)
+            b.record(f"recsys.cache_rows_seen_{name}", seen)
+            out[f"{name}_oracle"] = b.record(f"recsys.cache_hit_oracle_{name}_5pct", oracle_hit_rate(specs, gen, 0.05))
+            if seen < 0.20 * stage.total_rows:
+                b.note(f"Cache plans ({name} layout): the 20 warm-up batches touched {seen:,} distinct rows "
+                       f"({seen / stage.total_rows:.1%} of {stage.total_rows:,}), and a plan caches only rows it "
+                       "saw (an unseen row has no count to rank it by), so the plans above that fraction hold "
+                       "the same rows and their hit rates are equal (recsys.cache_rows_cached_*).",
+                       claim="recsys.cache_hit_5pct" if name == "criteo_like" else None)
             stage.close()
         finally:
             tier.close()
@@ -379,6 +389,17 @@ def _trained_alike(b: Bench, diff: float, tol: float, what: str, *claims: str) -
         b.note(f"{cid} not measured: {what} differ by {diff:.2e} after the same updates (more than {tol:g}), "
                "so the faster contender did not train the same model.", claim=cid)
     return False
+
+
+def oracle_hit_rate(specs, gen: SyntheticCTR, fraction: float) -> float:
+    """Hit rate of the ideal cache of `fraction` of all rows: the rows most likely to be looked up
+    under the generator's own Zipf distributions (what no plan from observed counts can beat)."""
+    # Each row's share of all lookups: its probability in its field times the field's ids per sample.
+    p = np.concatenate([np.diff(z.cdf, prepend=0.0) * s.hotness for z, s in zip(gen.samplers, specs)])
+    k = int(round(fraction * p.size))
+    if k == 0:
+        return 0.0
+    return float(np.partition(p, p.size - k)[p.size - k:].sum() / p.sum())
 
 
 def bench(b: Bench) -> None:
@@ -468,6 +489,11 @@ def bench(b: Bench) -> None:
     r4 = cache_case(b, sz)
     b.measure("recsys.cache_hit_5pct", r4["criteo_like"],
               note="Criteo-like table sizes (log-uniform 10..1M rows)")
+    b.note(f"recsys.cache_hit_5pct is measured on Criteo-like table sizes (log-uniform 10..1M rows per field): "
+           f"{r4['criteo_like']:.3f}, where the ideal 5% cache (the rows the generator's Zipf distributions make "
+           f"likeliest) would hit {r4['criteo_like_oracle']:.3f}. With every field at {sz['rows']:,} rows the plan "
+           f"hits {r4['uniform']:.3f} and even the ideal cache only {r4['uniform_oracle']:.3f}: at Zipf 1.05 over "
+           "equal tables the hottest 5% of rows do not carry 85% of the lookups.", claim="recsys.cache_hit_5pct")
     if b.profile != "small":
         b.note(f"profile {b.profile!r} changes the sizes: fields {sz['fields']}, {sz['rows']:,} rows, "
                f"batch {sz['batch']}; the targets are stated for 'small'")

@@ -53,3 +53,20 @@ def test_a_contender_that_trains_differently_leaves_the_claims_unmeasured(monkey
     assert out["loss_diff"] > rb.LOSS_TOL
     assert not rb._trained_alike(b, out["loss_diff"], rb.LOSS_TOL, "the models", "recsys.e2e_speedup_f100")
     assert any(n.startswith("recsys.e2e_speedup_f100 not measured") for n in b.report().notes)
+
+
+def test_oracle_hit_rate_is_the_top_mass_of_the_zipf_distributions():
+    from labkit.recsys.bench import oracle_hit_rate
+    from labkit.recsys.data import SyntheticCTR, make_fields
+    one = make_fields(1, cardinality=1000, zipf=1.05)
+    gen = SyntheticCTR(one, seed=0)
+    assert abs(oracle_hit_rate(one, gen, 0.05) - gen.samplers[0].top_mass(50)) < 1e-12
+    # two equal fields: the ideal cache takes each field's head, so the rate is one field's top mass
+    two = make_fields(2, cardinality=1000, zipf=1.05)
+    assert abs(oracle_hit_rate(two, SyntheticCTR(two, seed=0), 0.05) - gen.samplers[0].top_mass(50)) < 1e-12
+    # a tiny table next to a big one is cached whole: its rows are the likeliest
+    mixed = make_fields(2, cardinality=[10, 10_000], zipf=1.05)
+    g2 = SyntheticCTR(mixed, seed=0)
+    k_big = round(0.05 * 10_010) - 10
+    assert abs(oracle_hit_rate(mixed, g2, 0.05) - (1 + g2.samplers[1].top_mass(k_big)) / 2) < 1e-12
+    assert oracle_hit_rate(one, gen, 0.0) == 0.0

@@ -21,6 +21,15 @@ from labkit.recsys.tables import Table, canonical_order, init_table
 KINDS = ("ebc", "fused")
 
 
+def _quiet_fx_tracing_notice() -> None:
+    """TorchRec's modules ask torch.fx ``is_fx_tracing()`` on every call, and torch 2.13 logs a one-off
+    deprecation notice about that function to stderr (into notebooks): a notice for TorchRec's
+    authors, not for users of the anchor. Drop that one message; every other log record passes."""
+    import logging
+    logging.getLogger("torch.fx._symbolic_trace").addFilter(
+        lambda r: not r.getMessage().startswith("is_fx_tracing will return true"))
+
+
 def available() -> bool:
     """True when torchrec (and its fbgemm CPU ops) import in this environment."""
     try:
@@ -48,6 +57,7 @@ class TorchRecEmbeddings:
     def __init__(self, tables: Sequence[Table], *, kind: str = "fused", optimizer: str = "sgd",
                  lr: float = 0.05, eps: float = 1e-10, seed: int = 0) -> None:
         check_choice("kind", kind, KINDS)
+        _quiet_fx_tracing_notice()
         check_choice("optimizer", optimizer, ("sgd", "adagrad", "rowwise_adagrad"))
         if kind == "ebc" and optimizer == "rowwise_adagrad":
             raise bad_value("optimizer", optimizer, "'sgd' or 'adagrad' for kind='ebc' (TorchRec has row-wise "
