@@ -22,6 +22,7 @@ from torch_geometric.typing import EdgeTensorType
 from labkit.core.errors import bad_value, check_range
 from labkit.graph.csr import CSR, build_csr
 from labkit.graph.sampling import NeighborSampler, check_fanout
+from labkit.graph.store import StoreSampler
 
 
 class StoreFeatureStore(FeatureStore):
@@ -90,11 +91,27 @@ class CSRGraphStore(GraphStore):
 
 
 class LabkitNeighborSampler(BaseSampler):
-    """A PyG BaseSampler running labkit's numba multi-hop sampler over in-edges (CSC)."""
+    """A PyG BaseSampler running labkit's numba multi-hop sampler over in-edges.
 
-    def __init__(self, csc: CSR, fanouts: list[int], *, replace: bool = False, seed: int = 0) -> None:
-        self.csc, self.fanouts, self.replace, self.seed = csc, list(fanouts), replace, seed
-        self._sampler = NeighborSampler(csc.indptr, csc.indices, frontier="new")
+    `graph` is either a CSC (in-edges, sampled in memory) or a labkit store built over a CSC
+    (:class:`~labkit.graph.store.LocalStore`, or :class:`~labkit.graph.store.PartitionedStore`
+    whose partitions may live in Dask worker processes): then each hop's neighbour lists are
+    fetched through the store (:class:`~labkit.graph.store.StoreSampler`; its importance cache
+    serves what it holds) and sampled by the same kernels. Sampled edges carry ids only from a CSC
+    (a store's fetched lists have no global edge ids; ``edge`` is -1).
+    """
+
+    def __init__(self, graph, fanouts: list[int], *, replace: bool = False, seed: int = 0) -> None:
+        self.fanouts, self.replace, self.seed = list(fanouts), replace, seed
+        if isinstance(graph, CSR):
+            self.csc, self.store = graph, None
+            self._sampler = NeighborSampler(graph.indptr, graph.indices, frontier="new")
+        elif callable(getattr(graph, "neighbors", None)) and hasattr(graph, "num_nodes"):
+            self.csc, self.store = None, graph
+            self._sampler = StoreSampler(graph, frontier="new")
+        else:
+            raise bad_value("graph", type(graph).__name__, "a labkit CSR of in-edges (CSC) or a labkit store "
+                            "over one (LocalStore, PartitionedStore)")
         self._calls = 0
 
     def sample_from_nodes(self, index: NodeSamplerInput, **kwargs) -> SamplerOutput:
@@ -103,7 +120,7 @@ class LabkitNeighborSampler(BaseSampler):
         seeds = index.node.numpy().astype(np.int64)
         s = self._sampler.sample(seeds, self.fanouts, replace=self.replace, seed=self.seed, stream=self._calls)
         eid = np.concatenate(s.eids)
-        if self.csc.eid is not None:
+        if self.csc is not None and self.csc.eid is not None:
             eid = self.csc.eid[eid]
         hops = np.diff(s.num_nodes_per_hop).tolist()
         return SamplerOutput(
@@ -137,7 +154,7 @@ class NodeLoaderRun:
 def train_sage_nodeloader(g, epochs: int = 2, fanouts=(10, 5), batch_size: int = 512, *, hidden: int = 64,
                           lr: float = 0.01, seed: int = 0, eval_batch_size: int = 2048,
                           on_batch: Callable[[int, float], None] | None = None,
-                          progress: bool = False) -> NodeLoaderRun:
+                          progress: bool = False, store=None) -> NodeLoaderRun:
     """Train GraphSAGE node classification with PyG's own ``NodeLoader`` on labkit's storage and sampler.
 
     `g` is a :class:`labkit.graph.datasets.GraphData`: features come through a
@@ -146,7 +163,9 @@ def train_sage_nodeloader(g, epochs: int = 2, fanouts=(10, 5), batch_size: int =
     :class:`LabkitNeighborSampler` with `fanouts`. Trains `epochs` shuffled passes over
     ``g.train`` with Adam, then returns the accuracy on ``g.test``. `on_batch(batches_done, loss)`
     runs after every training step (e.g. to feed a dashboard); `progress` shows a tqdm bar over
-    the training batches (off by default).
+    the training batches (off by default). With `store` (a labkit store over ``g.csc`` with
+    ``g.features``, e.g. a :class:`~labkit.graph.store.PartitionedStore` served by Dask workers),
+    features and every hop's neighbour lists come through that store instead.
     """
     from torch_geometric.loader import NodeLoader
 
@@ -162,8 +181,14 @@ def train_sage_nodeloader(g, epochs: int = 2, fanouts=(10, 5), batch_size: int =
     if not isinstance(fanouts, (list, tuple)) or not fanouts:
         raise bad_value("fanouts", fanouts, "a non-empty list of positive ints (or -1 for all)")
     fanouts = [check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
-    fs, gs = StoreFeatureStore(LocalStore(g.csr, g.features), g.labels), CSRGraphStore(g.csc)
-    loader = NodeLoader((fs, gs), node_sampler=LabkitNeighborSampler(g.csc, fanouts, seed=seed),
+    if store is not None and (not callable(getattr(store, "neighbors", None))
+                              or getattr(store, "num_nodes", None) != g.csc.num_nodes):
+        raise bad_value("store", type(store).__name__, f"None or a labkit store over g.csc ({g.csc.num_nodes} "
+                        "nodes, with g.features), e.g. PartitionedStore(g.csc, partition(g.csc, 4), g.features)")
+    fs = StoreFeatureStore(LocalStore(g.csr, g.features) if store is None else store, g.labels)
+    gs = CSRGraphStore(g.csc)  # the loader's GraphStore; sampling below does not read it
+    graph = g.csc if store is None else store
+    loader = NodeLoader((fs, gs), node_sampler=LabkitNeighborSampler(graph, fanouts, seed=seed),
                         input_nodes=torch.from_numpy(np.asarray(g.train)), batch_size=int(batch_size), shuffle=True)
     torch.manual_seed(seed)
     model = SAGE(g.features.shape[1], int(hidden), g.num_classes, num_layers=len(fanouts))
@@ -183,7 +208,7 @@ def train_sage_nodeloader(g, epochs: int = 2, fanouts=(10, 5), batch_size: int =
                 if on_batch is not None:
                     on_batch(len(losses), losses[-1])
     model.eval()
-    test_loader = NodeLoader((fs, gs), node_sampler=LabkitNeighborSampler(g.csc, fanouts, seed=seed),
+    test_loader = NodeLoader((fs, gs), node_sampler=LabkitNeighborSampler(graph, fanouts, seed=seed),
                              input_nodes=torch.from_numpy(np.asarray(g.test)), batch_size=int(eval_batch_size))
     correct = 0
     with torch.no_grad():
