@@ -68,6 +68,9 @@ def _write(arg: str, path: str, write) -> None:
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
+    for flag, value in (("--json", args.json), ("--record", args.record)):
+        if value is not None and not value.strip():  # given, but empty: not "not given"
+            raise LabkitError(f"{flag}={value!r} is not accepted; expected a file path")
     if args.json:
         _output("--json", args.json, replace=args.force)
     if args.record:
@@ -123,6 +126,8 @@ def _system_choices() -> tuple[str, ...]:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="labkit", description="Rebuild, run and profile five ML-systems designs.",
                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from labkit import __version__
+    p.add_argument("--version", action="version", version=f"labkit {__version__}")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
@@ -277,7 +282,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     from labkit import catalog
     from labkit.core.bench import Claim, claims_markdown, update_benchmarks_md
     names = list(catalog.NAMES)
-    if args.only:
+    if args.only is not None:
         names = list(dict.fromkeys(n.strip() for n in args.only.split(",") if n.strip()))
         if not names:
             raise LabkitError(f"--only={args.only!r} is not accepted; expected comma-separated names from "
@@ -329,17 +334,27 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 
 def _data(args: argparse.Namespace) -> int:
-    from labkit.core.datasets import dataset_dir, list_datasets, make_dataset
+    from labkit.core.datasets import DatasetError, dataset_dir, list_datasets, make_dataset, verify
     from labkit.core.memory import fmt_bytes
     if args.data_cmd == "list":
         specs = list_datasets()
         if not specs:
             print("no datasets registered yet")
         for s in specs:
-            built = [p for p in s.profiles if (dataset_dir(s.name, p) / "manifest.json").exists()]
+            built, damaged = [], []
+            for p in s.profiles:
+                d = dataset_dir(s.name, p)
+                if not (d / "manifest.json").exists():
+                    continue
+                try:  # sizes only: a full checksum of every file would read gigabytes
+                    verify(d, s.name, p, full=False)
+                    built.append(p)
+                except DatasetError:
+                    damaged.append(p)
             print(f"{s.name:<16} {s.description}")
             print(f"{'':<16} profiles: {', '.join(s.profiles)}; built: {', '.join(built) or 'none'}"
-                  f" ({dataset_dir(s.name, 'ci').parent})")
+                  + (f"; damaged (labkit data make {s.name} --profile P --force): {', '.join(damaged)}"
+                     if damaged else "") + f" ({dataset_dir(s.name, 'ci').parent})")
         return 0
     ds = make_dataset(args.name, args.profile, force=args.force, progress=True)  # stages on stderr
     print(f"{ds.name} ({ds.profile}): {fmt_bytes(ds.nbytes)} in {ds.dir}")

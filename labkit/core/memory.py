@@ -13,7 +13,8 @@ import numpy as np
 from labkit.core.errors import LabkitError, bad_value
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
-          "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
+          "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12,
+          "tib": 1 << 40}
 
 
 def parse_bytes(value: int | float | str, arg: str = "size") -> int:
@@ -48,10 +49,14 @@ class Reservation:
         self.budget, self.owner, self.nbytes = budget, owner, nbytes
         self.released = False
 
-    def resize(self, nbytes: int) -> None:
+    def resize(self, nbytes: int | str) -> None:
         """Grow or shrink this reservation; raises BudgetExceeded (and keeps the old size) if it won't fit."""
-        self.budget._change(self, int(nbytes) - self.nbytes)
-        self.nbytes = int(nbytes)
+        nbytes = parse_bytes(nbytes, "nbytes")
+        if self.released:
+            raise bad_value("reservation", f"{self.owner!r} (released)", "a reservation not yet released "
+                            "(reserve again to hold bytes after release())")
+        self.budget._change(self, nbytes - self.nbytes)
+        self.nbytes = nbytes
 
     def release(self) -> None:
         if not self.released:

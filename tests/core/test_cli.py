@@ -49,6 +49,35 @@ def test_bad_output_paths_are_refused_before_any_work(tmp_path):
     assert bad.read_bytes() == b"\xff\xfe\x00"
 
 
+def test_empty_paths_and_names_are_refused_not_taken_as_absent(tmp_path):
+    # An empty --json / --record must not run a bench that then writes nothing.
+    one_line_error(run("bench", "spmm", "--json", ""), "--json=''", "a file path")
+    one_line_error(run("bench", "spmm", "--record", " "), "--record=' '", "a file path")
+    # An empty --only is not "every system".
+    one_line_error(run("reproduce", "--only", ""), "--only=''", "spmm")
+
+
+def test_version():
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"labkit {__import__('labkit').__version__}"
+
+
+def test_data_list_tells_a_damaged_copy_from_a_built_one(tmp_path):
+    env = {**__import__("os").environ, "LABKIT_DATA": str(tmp_path)}
+    lst = lambda: subprocess.run([sys.executable, "-m", "labkit.cli", "data", "list"], capture_output=True,  # noqa: E731
+                                 text=True, env=env, check=True).stdout
+    subprocess.run([sys.executable, "-m", "labkit.cli", "data", "make", "rmat"], capture_output=True, env=env,
+                   check=True)
+    line = next(ln for ln in lst().splitlines() if "built:" in ln and "rmat" in ln)
+    assert "built: ci" in line and "damaged (" not in line
+    manifest = json.loads((tmp_path / "rmat" / "ci" / "manifest.json").read_text())
+    victim = tmp_path / "rmat" / "ci" / next(iter(manifest["files"].values()))["file"]
+    with open(victim, "r+b") as fh:
+        fh.truncate(victim.stat().st_size // 2)
+    line = next(ln for ln in lst().splitlines() if "built:" in ln and "rmat" in ln)
+    assert "built: none" in line and "damaged (labkit data make rmat --profile P --force): ci" in line
+
+
 def test_only_port_and_data_root_errors_are_one_line(tmp_path):
     one_line_error(run("reproduce", "--only", ","), "--only=", "spmm")
     one_line_error(run("lab", "--port", "-5"), "--port", "'-5'", "65535")

@@ -63,3 +63,23 @@ def test_parse_bytes_takes_numpy_numbers_and_refuses_inf_nan_and_bools():
     for bad in (float("inf"), float("nan"), -1, True, np.bool_(True), "12 parsecs"):
         with pytest.raises(ValueError, match=r"size=.* is not accepted; expected a non-negative byte count"):
             parse_bytes(bad)
+
+
+def test_resize_cannot_break_the_cap_or_charge_a_released_reservation():
+    b = MemoryBudget(1000)
+    r = b.reserve("c", 100)
+    with pytest.raises(ValueError, match=r"nbytes=-500 is not accepted; expected a non-negative byte count"):
+        r.resize(-500)  # a negative size would leave room past the cap
+    assert (b.used, r.nbytes) == (100, 100)
+    with pytest.raises(BudgetExceeded):
+        b.reserve("o", 901)
+    r.resize("200B")  # strings, as reserve() takes them
+    assert (b.used, r.nbytes) == (200, 200)
+    r.release()
+    with pytest.raises(ValueError, match=r"reservation=\"'c' \(released\)\" is not accepted"):
+        r.resize(300)
+    assert b.used == 0 and b.report()["owners"] == {}
+
+
+def test_parse_bytes_takes_decimal_terabytes():
+    assert parse_bytes("1TB") == 10**12 and parse_bytes("1tb") == 10**12 and parse_bytes("1TiB") == 1 << 40
