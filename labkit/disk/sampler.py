@@ -22,6 +22,7 @@ import numpy as np
 from labkit.core.arrays import unique
 from labkit.core.errors import bad_value, check_range
 from labkit.disk.store import entry_rows, lists_ptr
+from labkit.graph.csr import check_node_ids
 from labkit.graph.sampling import sample_neighbors
 
 
@@ -49,6 +50,17 @@ class SampledBatch:
     def equals(self, other: "SampledBatch") -> bool:
         return (np.array_equal(self.n_id, other.n_id) and np.array_equal(self.edge_src, other.edge_src)
                 and np.array_equal(self.edge_dst, other.edge_dst))
+
+
+def check_seeds(arg: str, seeds, num_nodes: int) -> np.ndarray:
+    """Return one mini-batch's seeds if they are distinct integer node ids in [0, num_nodes), else raise."""
+    seeds = np.asarray(seeds)
+    if seeds.ndim != 1:
+        raise bad_value(arg, f"an array of shape {seeds.shape}", "a 1-D array of seed node ids")
+    seeds = check_node_ids(arg, seeds, num_nodes, "seed node ids")
+    if unique(seeds).size != seeds.size:
+        raise bad_value(arg, "an array with repeated ids", "distinct seed node ids")
+    return seeds
 
 
 class NeighborSampler:
@@ -83,9 +95,10 @@ class NeighborSampler:
         """
         if len(seeds) != len(indices):
             raise ValueError(f"indices has {len(indices)} entries for {len(seeds)} seed arrays; expected one per batch")
-        states = [_BatchState(np.asarray(s, np.int64), (self.seed * 1_000_003 + i) & 0x7FFF_FFFF_FFFF_FFFF)
-                  for s, i in zip(seeds, indices)]
         indptr = self.topology.indptr
+        seeds = [check_seeds(f"seeds[{k}]", s, indptr.size - 1) for k, s in enumerate(seeds)]
+        states = [_BatchState(s.astype(np.int64, copy=False), (self.seed * 1_000_003 + i) & 0x7FFF_FFFF_FFFF_FFFF)
+                  for s, i in zip(seeds, indices)]
         for h, fanout in enumerate(self.fanouts):
             if len(states) == 1:
                 union = states[0].frontier

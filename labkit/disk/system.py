@@ -30,7 +30,7 @@ from labkit.core.memory import BudgetExceeded, MemoryBudget, fmt_bytes, parse_by
 from labkit.core.progress import progress_bar
 from labkit.disk import plans
 from labkit.disk.pipeline import RunStats, run_pipelined, run_serial, run_superbatch
-from labkit.disk.sampler import NeighborSampler, SampledBatch, batch_seeds
+from labkit.disk.sampler import NeighborSampler, SampledBatch, batch_seeds, check_seeds
 from labkit.disk.store import DiskFeatures, DiskTopology, IOPolicy, MemoryFeatures, MemoryTopology
 from labkit.disk.train import ModelConfig, Trainer
 from labkit.disk.tuner import StageProfile, Tuner, split_caches
@@ -214,6 +214,10 @@ class DiskGNN:
 
     def run(self, seeds: list[np.ndarray], *, first_index: int = 0) -> RunStats:
         """Train on one mini-batch per entry of `seeds` with this system's schedule."""
+        if isinstance(seeds, np.ndarray) or not isinstance(seeds, (list, tuple)):
+            raise bad_value("seeds", type(seeds).__name__, "a list of seed arrays, one per mini-batch "
+                            "(e.g. from labkit.disk.system.workload or batch_seeds)")
+        seeds = [check_seeds(f"seeds[{k}]", s, self.topology.indptr.size - 1) for k, s in enumerate(seeds)]
         if self.name == "naive":
             return run_serial(self.sampler, self.features, self.trainer, seeds, self.labels, first_index=first_index)
         if self.name == "ginex":

@@ -110,6 +110,27 @@ def test_empty_seeds_are_named(ds, setup):
         presample(ds, cfg, batch_seeds(ds.array("train"), 8, 1), MemoryBudget(budget_bytes), train_batches=0)
 
 
+def test_bad_seeds_are_named_not_sampled(ds, setup):
+    cfg, budget_bytes, _, seeds = setup
+    n = len(ds.array("indptr")) - 1
+    budget = MemoryBudget(budget_bytes)
+    for bad, msg in ((np.array([0.9]), r"^seeds\[0\]=dtype\('float64'\) is not accepted; expected an integer"),
+                     (np.array([3, 3]), r"^seeds\[0\]='an array with repeated ids' is not accepted"),
+                     (np.array([n]), rf"^seeds\[0\]\[0\]={n} is not accepted; expected seed node ids in \[0, {n}\)"),
+                     (np.array([-1]), r"^seeds\[0\]\[0\]=-1 is not accepted"),
+                     (np.array([[1, 2]]), r"^seeds\[0\]='an array of shape \(1, 2\)' is not accepted")):
+        with pytest.raises(ValueError, match=msg):
+            presample(ds, cfg, [bad], budget)
+    s = open_system("naive", ds, budget, cfg)
+    try:
+        with pytest.raises(ValueError, match=r"^seeds='ndarray' is not accepted; expected a list of seed arrays"):
+            s.run(seeds[0])
+        with pytest.raises(ValueError, match=r"^seeds\[1\]='an array with repeated ids'"):
+            s.run([seeds[0], np.array([5, 5])])
+    finally:
+        s.close()
+
+
 @pytest.mark.parametrize("kw, msg", [
     ({"hidden": -1}, "hidden=-1 is not accepted"), ({"hidden": 2.5}, "hidden=2.5 is"), ({"heads": 0}, "heads=0 is"),
     ({"lr": math.nan}, "lr=nan"), ({"lr": 0.0}, "lr=0.0"), ({"lr": math.inf}, "lr=inf"),
