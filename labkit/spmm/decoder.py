@@ -13,6 +13,7 @@ and differ only in how the linear layers read their weights.
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from dataclasses import dataclass
 
@@ -39,7 +40,11 @@ class DecoderConfig:
 
     def __post_init__(self) -> None:
         for f in ("d_model", "n_heads", "ffn_dim", "n_layers", "vocab", "max_len"):
-            check_range(f, getattr(self, f), 1, integer=True)
+            v = getattr(self, f)
+            # Sizes become tensor shapes: a float (even 16.0) or a bool is refused, not carried along.
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+                raise bad_value(f, v, "an integer >= 1 (int or numpy integer; not a float or bool)")
+            object.__setattr__(self, f, int(v))  # np.int64(16) -> 16
         if self.d_model % self.n_heads:
             raise bad_value("n_heads", self.n_heads, f"a divisor of d_model={self.d_model}")
 
@@ -141,7 +146,15 @@ class Decoder:
         if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[1] < 1:
             raise bad_value("prompt", getattr(prompt, "shape", prompt), "a (batch, length>=1) tensor of token ids")
         check_range("batch", prompt.shape[0], 1, 64, integer=True)
-        check_range("new_tokens", new_tokens, 1, self.cfg.max_len - prompt.shape[1], integer=True)
+        p, max_len = prompt.shape[1], self.cfg.max_len
+        if p >= max_len:
+            raise bad_value("prompt.shape[1]", p, f"a prompt length < max_len={max_len} "
+                            "(this prompt leaves no room for a new token)")
+        try:
+            new_tokens = int(check_range("new_tokens", new_tokens, 1, max_len - p, integer=True))
+        except ValueError:
+            raise bad_value("new_tokens", new_tokens, f"an integer in [1, {max_len - p}] "
+                            f"(max_len={max_len} minus the prompt length {p})") from None
         check_token_ids(prompt, self.cfg.vocab)
         out = [prompt[:, i] for i in range(prompt.shape[1])]
         cache = self.new_cache(prompt.shape[0])
@@ -158,6 +171,10 @@ class Decoder:
 
 def tokens_per_second(model: Decoder, batch: int, new_tokens: int, *, seed: int = 0) -> float:
     """Return generated tokens per second (batch * new_tokens / wall time) for one generate call."""
+    if not isinstance(model, Decoder):
+        raise bad_value("model", type(model).__name__, "a Decoder")
+    batch = int(check_range("batch", batch, 1, 64, integer=True))
+    seed = check_seed(seed)  # new_tokens is checked by generate (against max_len)
     g = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, model.cfg.vocab, (batch, 1), generator=g)
     t0 = time.perf_counter()

@@ -382,6 +382,8 @@ def spmm(w: TiledCSL, x, *, kernel: str = "auto", out: np.ndarray | None = None)
         xk[:, :n] = xn
     if out is None:
         out = np.empty((m, nb), np.float32)
+    elif not isinstance(out, np.ndarray):
+        raise bad_value("out", type(out).__name__, f"None or a C-contiguous float32 numpy array of shape {(m, nb)}")
     elif out.shape != (m, nb) or out.dtype != np.float32 or not out.flags.c_contiguous:
         raise bad_value("out", f"{out.dtype}{out.shape}", f"a C-contiguous float32 array of shape {(m, nb)}")
     _run(kind, nb, w, xk, out)

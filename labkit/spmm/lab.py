@@ -66,10 +66,23 @@ def sparse_case(shape: tuple[int, int], sparsity: float, *, seed: int = 0) -> tu
     return w, encode(w)
 
 
+def _check_pair(weight: torch.Tensor, enc: TiledCSL) -> None:
+    """Raise ValueError unless `enc` is a TiledCSL and `weight` a 2-D tensor of the shape it encodes."""
+    if not isinstance(enc, TiledCSL):
+        raise bad_value("enc", type(enc).__name__, "a TiledCSL (labkit.spmm.tiled_csl.encode)")
+    if not isinstance(weight, torch.Tensor):
+        raise bad_value("weight", type(weight).__name__, f"a torch.Tensor of shape enc.shape={enc.shape}")
+    if tuple(weight.shape) != tuple(enc.shape):
+        raise bad_value("weight.shape", tuple(weight.shape), f"enc.shape={tuple(enc.shape)} "
+                        "(the dense weight that enc encodes)")
+
+
 def compare_once(weight: torch.Tensor, enc: TiledCSL, n: int, *, repeats: int = 3,
                  kernels: tuple[str, ...] = ("sparse", "dense_tile")) -> Comparison:
     """Time dense bf16 torch against the Tiled-CSL kernels at N columns (interleaved rounds)."""
     check_range("n", n, 1, 64, integer=True)
+    n = int(n)
+    _check_pair(weight, enc)
     k = weight.shape[1]
     x = torch.randn(k, n, generator=torch.Generator().manual_seed(n)).to(torch.bfloat16)
     if n == 1:
@@ -94,6 +107,7 @@ def roofline_points(weight: torch.Tensor, enc: TiledCSL, ns: tuple[int, ...] = (
     """
     if not isinstance(ns, (tuple, list)) or not ns:
         raise bad_value("ns", ns, "a non-empty tuple of column counts N in [1, 64]")
+    _check_pair(weight, enc)
     m, k = weight.shape
     flops_per_n = {"dense_bf16": 2.0 * m * k, "tiled_csl": 2.0 * enc.nnz}
     nbytes = {"dense_bf16": 2.0 * m * k, "tiled_csl": float(enc.nbytes)}
@@ -122,7 +136,9 @@ def summary(c: Comparison, enc: TiledCSL, sparsity: float) -> dict:
 
 def max_rel_error(enc: TiledCSL, weight: torch.Tensor, n: int = 4, kernel: str = "auto") -> float:
     """Return max |spmm - float64 reference| / max |reference| on fresh random activations."""
-    from labkit.spmm.kernels_cpu import spmm
+    from labkit.spmm.kernels_cpu import MAX_N, spmm
+    n = int(check_range("n", n, 1, MAX_N, integer=True))
+    _check_pair(weight, enc)
     x = torch.randn(weight.shape[1], n).to(torch.bfloat16)
     ref = weight.double() @ x.double()
     got = spmm(enc, x, kernel=kernel)

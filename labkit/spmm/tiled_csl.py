@@ -38,6 +38,7 @@ import torch
 from numba import njit, prange
 
 from labkit.core.errors import bad_value
+from labkit.spmm.prune import check_sparsity
 
 #: Value types the format stores; the 16 bits of each go in the word's high half.
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -54,10 +55,15 @@ def _bits_for(n: int) -> int:
     return max(0, int(n - 1).bit_length())
 
 
+def _is_int(v) -> bool:
+    """True for a Python or numpy integer, False for a bool (and everything else)."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
 def check_tile(tile: tuple[int, int]) -> tuple[int, int]:
     """Return `tile` as (rows, cols) if a location (row << col_bits | col) fits 16 bits."""
     ok = (isinstance(tile, (tuple, list)) and len(tile) == 2
-          and all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) and t >= 1 for t in tile)
+          and all(_is_int(t) and t >= 1 for t in tile)
           and _bits_for(int(tile[0])) + _bits_for(int(tile[1])) <= 16)
     if not ok:
         raise bad_value("tile", tile, "(rows, cols) of positive integers with ceil(log2 rows) + "
@@ -124,8 +130,10 @@ class TiledCSL:
     def tile_dense(self, tile_row: int, tile_col: int) -> np.ndarray:
         """Return one tile decoded to a float32 (tile_rows, tile_cols) array (for pictures)."""
         gr, gc = self.grid
-        if not (0 <= tile_row < gr and 0 <= tile_col < gc):
-            raise bad_value("tile_row, tile_col", (tile_row, tile_col), f"0 <= row < {gr}, 0 <= col < {gc}")
+        if not (_is_int(tile_row) and _is_int(tile_col) and 0 <= tile_row < gr and 0 <= tile_col < gc):
+            raise bad_value("tile_row, tile_col", (tile_row, tile_col),
+                            f"integers with 0 <= tile_row < {gr}, 0 <= tile_col < {gc}")
+        tile_row, tile_col = int(tile_row), int(tile_col)
         t = tile_row * gc + tile_col
         w = self.words[self.tile_offsets[t]:self.tile_offsets[t + 1]]
         out = np.zeros(self.tile[0] << self.col_bits, np.uint16)
@@ -149,8 +157,9 @@ def encode(weight: torch.Tensor, *, tile: tuple[int, int] | None = None, pad: in
     if weight.dim() != 2 or weight.shape[0] < 1 or weight.shape[1] < 1:
         raise bad_value("weight.shape", tuple(weight.shape), "a non-empty 2-D shape (M, K)")
     tr, tc = check_tile(auto_tile(int(weight.shape[1])) if tile is None else tile)
-    if not (isinstance(pad, int) and pad >= 1 and (pad & (pad - 1)) == 0 and pad <= 64):
-        raise bad_value("pad", pad, "a power of two from 1 to 64")
+    if not (_is_int(pad) and 1 <= pad <= 64 and (pad & (pad - 1)) == 0):
+        raise bad_value("pad", pad, "a power of two from 1 to 64 (an int or numpy integer, not a bool)")
+    pad = int(pad)
     m, k = weight.shape
     bits = weight.detach().contiguous().view(torch.int16).numpy().view(np.uint16)
     gr, gc = -(-m // tr), -(-k // tc)
@@ -173,7 +182,11 @@ def decode(w: TiledCSL) -> torch.Tensor:
 
 
 def byte_bound_speedup(sparsity: float) -> float:
-    """Best speedup over dense 16-bit weights while memory-bound: 2MK / (4(1-s)MK) = 1 / (2(1-s))."""
+    """Best speedup over dense 16-bit weights while memory-bound: 2MK / (4(1-s)MK) = 1 / (2(1-s)).
+
+    `sparsity` is the fraction of zeros, a number in [0, 1) (at 1 the bound is infinite).
+    """
+    sparsity = check_sparsity(sparsity)
     return 1.0 / (2.0 * (1.0 - sparsity))
 
 
