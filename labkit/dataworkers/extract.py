@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 from torch import fx, nn
 
-from labkit.core.errors import LabkitError
+from labkit.core.errors import LabkitError, check_range
 from labkit.dataworkers.workloads import Program
 
 
@@ -311,6 +311,8 @@ def check_equivalence(program: Program, split: Split, *, batches: int = 2, epoch
     The stateless part runs on a pickled copy, as it would on a data worker. Returns
     {"batches": n, "max_loss_diff": d}.
     """
+    batches = int(check_range("batches", batches, 1, integer=True))  # 0 batches would "prove" any split
+    epoch = int(check_range("epoch", epoch, 0, integer=True))
     worker_part = pickle.loads(pickle.dumps(split.stateless))
     worst = 0.0
     keys_list = program.batches(epoch, limit=batches)

@@ -144,8 +144,14 @@ def _cut(indptr, indices, owner):
 def partition_quality(csr: CSR, owner: np.ndarray, num_parts: int) -> dict:
     """Return {edge_cut, balance, edge_balance}: cut fraction, max/mean vertices, max/mean out-edges."""
     owner = np.asarray(owner)
+    num_parts = int(check_range("num_parts", num_parts, 1, integer=True))
     if owner.ndim != 1 or len(owner) != csr.num_nodes:
         raise bad_value("owner", f"array of shape {owner.shape}", f"one owner per vertex of csr ({csr.num_nodes})")
+    if owner.dtype.kind not in "iu":
+        raise bad_value("owner", owner.dtype, "an integer array of partition ids")
+    if len(owner) and (owner.min() < 0 or owner.max() >= num_parts):
+        bad = int(owner.min() if owner.min() < 0 else owner.max())
+        raise bad_value("owner", f"an owner id {bad}", f"partition ids in [0, {num_parts})")
     cut = _cut(csr.indptr, csr.indices, owner) / max(1, csr.num_edges)
     sizes = np.bincount(owner, minlength=num_parts)
     edges = np.bincount(owner, weights=csr.degree(), minlength=num_parts)
@@ -156,7 +162,7 @@ def partition_quality(csr: CSR, owner: np.ndarray, num_parts: int) -> dict:
 def partition(csr: CSR, num_parts: int, method: str = "hash", *, csc: CSR | None = None, seed: int = 0) -> Partitioning:
     """Return a Partitioning of `csr`'s vertices into `num_parts` by `method` ("hash", "ldg" or "fennel")."""
     check_choice("method", method, METHODS)
-    check_range("num_parts", num_parts, 1, integer=True)
+    num_parts = int(check_range("num_parts", num_parts, 1, integer=True))
     if method == "hash":
         owner = hash_partition(csr.num_nodes, num_parts)
     elif method == "ldg":

@@ -255,7 +255,8 @@ class NeighborSampler:
         check_topology(indptr, indices)
         self.indptr, self.indices, self.frontier = indptr, indices, frontier
         self.num_rows = len(indptr) - 1
-        self._local = np.full(max(self.num_rows, int(indices.max()) + 1 if len(indices) else 0), -1, np.int64)
+        self._top = int(indices.max()) if len(indices) else -1
+        self._local = np.full(max(self.num_rows, self._top + 1), -1, np.int64)
 
     def sample(self, seeds, fanouts: list[int], *, replace: bool = False, seed: int = 0,
                stream: int = 0) -> MultiHopSample:
@@ -263,6 +264,11 @@ class NeighborSampler:
         if not isinstance(fanouts, (list, tuple)) or not fanouts:
             raise bad_value("fanouts", fanouts, "a non-empty list of positive ints (or -1 for all)")
         fanouts = [check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
+        if len(fanouts) > 1 and self._top >= self.num_rows:
+            # A second hop would expand neighbours that have no row (a bipartite CSR, e.g. user -> item).
+            raise bad_value("fanouts", fanouts, f"one hop for this CSR: its neighbour ids reach {self._top} but it "
+                            f"has rows only for ids < {self.num_rows} (multi-hop needs one id space; for typed "
+                            "edges walk hop by hop with labkit.graph.query)")
         seeds = _check_rows("seeds", seeds, self.num_rows)
         uniq = unique(seeds)
         if len(uniq) != len(seeds):

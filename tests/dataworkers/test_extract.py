@@ -22,6 +22,11 @@ def test_image_program_cut_is_a_traced_prefix(image_prog):
     assert cut.frontier == ["truediv"]
     assert "reads parameters" in cut.stopped["body_0"]
     assert check_equivalence(image_prog, split, batches=3)["max_loss_diff"] == 0.0
+    # zero batches would "prove" any split equivalent
+    with pytest.raises(ValueError, match=r"^batches=0 is not accepted; expected an integer in \[1, inf\]"):
+        check_equivalence(image_prog, split, batches=0)
+    with pytest.raises(ValueError, match=r"^epoch=-1 is not accepted"):
+        check_equivalence(image_prog, split, epoch=-1)
     # The worker output is already the normalised float tensor; the trainer part starts at the conv.
     x, y = split.stateless(image_prog.batches(0)[0])
     assert x.dtype == torch.float32 and x.shape == (8, 3, 64, 64) and y.dtype == torch.int64
