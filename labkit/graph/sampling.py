@@ -443,7 +443,11 @@ def _topk(indptr, weights, rows, k):
 
 
 def topk_neighbors(indptr: np.ndarray, weights: np.ndarray, rows, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Return (ptr, eid): each row's min(d, k) heaviest edges (ties: lower position first)."""
+    """Return (ptr, eid): each row's min(d, k) heaviest edges (ties: lower position first).
+
+    A row with more than k edges lists its k heaviest, heaviest first; a row with at most k edges
+    lists all of them in stored order (nothing to rank, so its weights are not read).
+    """
     k = check_fanout(k, "k")
     indptr = _check_indptr(indptr)
     weights = np.asarray(weights, np.float64)

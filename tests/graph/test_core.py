@@ -222,10 +222,56 @@ def test_topk_takes_heaviest():
     assert eid[:2].tolist() == [1, 3] and eid[2:].tolist() == [4]
 
 
+def _columns(indptr, rows, *extra, mult=None):
+    """Return (col, row, *extra) of every stored entry, sorted column by column (then by row, extras).
+
+    `mult` repeats entry i mult[i] times (scipy's summed duplicates back into a multiset).
+    """
+    col = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    if mult is not None:
+        col, rows = np.repeat(col, mult), np.repeat(rows, mult)
+    order = np.lexsort(tuple(reversed((col, rows) + extra)))
+    return [np.asarray(a)[order] for a in (col, rows) + extra]
+
+
+def _scipy_csc(s, d, data):
+    ref = sp.coo_matrix((data, (s, d)), shape=(P.num_nodes,) * 2).tocsc()
+    ref.sum_duplicates()  # one entry per (row, col), data summed
+    ref.sort_indices()
+    return ref.indptr, ref.indices, ref.data
+
+
 def test_csc_is_the_transpose(edges):
-    c = build_csc(*edges, P.num_nodes, dedup=True)
-    r = build_csr(*edges, P.num_nodes, dedup=True).reverse()
-    assert np.array_equal(c.indptr, r.indptr) and np.array_equal(np.sort(c.indices), np.sort(r.indices))
+    s, d = edges
+    # Multiset per column: scipy sums duplicate (src, dst) pairs, so data = multiplicity.
+    ref_ptr, ref_rows, ref_mult = _scipy_csc(s, d, np.ones(len(s)))
+    ref = _columns(ref_ptr, ref_rows, mult=ref_mult.astype(np.int64))
+    for got in (build_csc(s, d, P.num_nodes), build_csr(s, d, P.num_nodes).reverse()):
+        assert np.array_equal(got.indptr, np.concatenate([[0], np.cumsum(np.bincount(d, minlength=P.num_nodes))]))
+        for a, b in zip(_columns(got.indptr, got.indices), ref):
+            assert np.array_equal(a, b)
+    # dedup: each column holds exactly scipy's set of row ids, ascending (build_csr documents the order).
+    c = build_csc(s, d, P.num_nodes, dedup=True)
+    assert np.array_equal(c.indptr, ref_ptr) and np.array_equal(c.indices, ref_rows)
+    r = build_csr(s, d, P.num_nodes, dedup=True).reverse()  # reverse() keeps source order: compare as sets
+    assert np.array_equal(r.indptr, ref_ptr) and np.array_equal(_columns(r.indptr, r.indices)[1], ref_rows)
+    # Edge ids and weights carried: on distinct edges, column v holds exactly the (row, eid, weight)
+    # triples scipy's CSC of the same edges has (scipy carries eid + 1 and the weight as data).
+    pairs = np.unique(np.stack([s, d], 1), axis=0)
+    perm = np.random.default_rng(0).permutation(len(pairs))
+    us, ud = pairs[perm, 0], pairs[perm, 1]
+    w = np.random.default_rng(1).random(len(us)).astype(np.float32)
+    eid = np.arange(len(us))
+    ref_ptr, ref_rows, ref_eid = _scipy_csc(us, ud, eid + 1.0)
+    _, _, ref_w = _scipy_csc(us, ud, w.astype(np.float64))
+    ref = _columns(ref_ptr, ref_rows, ref_eid.astype(np.int64) - 1, ref_w)
+    c = build_csc(us, ud, P.num_nodes, weights=w)
+    r = build_csr(us, ud, P.num_nodes, weights=w).reverse()
+    for got in (c, r):
+        assert np.array_equal(got.indptr, ref_ptr)
+        assert np.array_equal(got.weights, w[got.eid])  # weights follow their edge ids
+        for a, b in zip(_columns(got.indptr, got.indices, got.eid, got.weights.astype(np.float64)), ref):
+            assert np.array_equal(a, b)
 
 
 def test_build_from_csv_and_parquet(tmp_path, edges):
@@ -250,3 +296,54 @@ def test_build_from_csv_and_parquet(tmp_path, edges):
         build_from_file(tmp_path / "neg.csv", 10)
     with pytest.raises(ValueError, match="columns"):
         csv_edge_chunks(tmp_path / "e.csv", src="from")
+
+
+def test_parallel_sampling_draws_what_serial_draws_on_any_thread_count(csr, monkeypatch):
+    """Work >= PARALLEL_MIN_WORK takes the prange kernel; it must give the serial kernel's draws."""
+    import numba
+
+    from labkit.graph import sampling
+    rows = np.random.default_rng(7).integers(0, P.num_nodes, 30_000)
+    calls = []
+    parallel = sampling._sample_hop_parallel
+
+    def spy(*a):
+        calls.append(len(a[1]))
+        return parallel(*a)
+    monkeypatch.setattr(sampling, "_sample_hop_parallel", spy)
+    before = numba.get_num_threads()
+    try:
+        for k, replace in ((5, False), (5, True), (-1, False), (40, False)):
+            assert len(rows) * (k if k > 0 else 16) >= sampling.PARALLEL_MIN_WORK
+            ref = sampling._sample_hop_serial(csr.indptr, rows, k, replace, 11, 3)
+            for threads in sorted({1, 2, before}):
+                numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+                ptr, eid = sample_neighbors(csr.indptr, csr.indices, rows, k, replace=replace, seed=11, stream=3)
+                assert calls and calls.pop() == len(rows)  # the parallel kernel ran
+                assert np.array_equal(ptr, ref[0]) and np.array_equal(eid, ref[1])
+            _rows_ok(csr, rows, ref[0], ref[1], k if k > 0 else 10**9, replace)
+        # Multi-hop too: hop 1 of 1000 seeds at fanout 70 is 70,000 >= 65,536 units of work.
+        numba.set_num_threads(1)
+        one = sample_multihop(csr.indptr, csr.indices, np.arange(1000), [70, 5], seed=5)
+        assert calls.pop(0) == 1000  # hop 1 took the parallel path
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        two = sample_multihop(csr.indptr, csr.indices, np.arange(1000), [70, 5], seed=5)
+        assert calls.pop(0) == 1000
+        assert np.array_equal(one.nodes, two.nodes)
+        assert all(np.array_equal(a, b) for a, b in zip(one.eids + one.cols, two.eids + two.cols))
+    finally:
+        numba.set_num_threads(before)
+
+
+def test_with_replacement_is_uniform_over_a_neighbour_list_chi_square():
+    from scipy.stats import chisquare
+    for d in (37, 1000):  # a small odd list and a long one
+        indptr = np.array([0, d])
+        indices = np.arange(d, dtype=np.int32)
+        ptr, eid = sample_neighbors(indptr, indices, np.zeros(20_000, np.int64), 10, replace=True, seed=d)
+        assert len(eid) == 200_000 and ptr[-1] == 200_000
+        counts = np.bincount(eid, minlength=d)
+        assert chisquare(counts).pvalue > 1e-4  # uniform expected counts
+        # and each row's own draws are not one repeated neighbour (draws within a row differ)
+        per_row = eid.reshape(-1, 10)
+        assert (per_row != per_row[:, :1]).any(1).mean() > 0.99

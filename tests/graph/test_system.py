@@ -218,15 +218,41 @@ def test_gsl_query_walks_typed_hops(hetero):
 
 
 def test_gsl_negatives_topk_full_and_errors(hetero):
-    res = hetero.V("user").batch(50).outNeg("u2i").sample(5).by("in_degree").values().next()
     u2i = hetero.edge_type("u2i").csr
-    for u, row in zip(res[0], res[1]):
-        assert not set(row.tolist()) & set(u2i.neighbors(u).tolist()) or res.capped_negatives > 0
-    top = hetero.V("user").batch(8).outV("u2i").sample(2).by("topk").values().next()
+    # ~10 items of 200 per user: 10 retries cannot all hit a neighbour, so nothing is capped here
+    # and every negative of every user of the epoch must be a non-neighbour.
+    seen = 0
+    for res in hetero.V("user").batch(50).outNeg("u2i").sample(5).by("in_degree").values():
+        assert res.capped_negatives == 0 and res[1].shape == (len(res[0]), 5)
+        for u, row in zip(res[0], res[1]):
+            assert ((row >= 0) & (row < 200)).all()
+            assert not set(row.tolist()) & set(u2i.neighbors(u).tolist())
+        seen += len(res[0])
+    assert seen == 300
+    # topk: each row holds exactly its min(d, k) heaviest edges (ties to the lower edge position,
+    # topk_neighbors' documented rule) as a multiset, then -1 padding; checked for every user.
+    # Rows with d > k also come heaviest first (a row with d <= k comes back in edge order).
     w = hetero.edge_type("u2i").weights
-    u = top[0][0]
-    lo, hi = u2i.indptr[u], u2i.indptr[u + 1]
-    assert set(top[1][0][top[1][0] >= 0]) <= set(u2i.indices[lo + np.argsort(-w[lo:hi])[:2]].tolist())
+    for k in (2, 12):
+        seen = 0
+        for top in hetero.V("user").batch(64).outV("u2i").sample(k).by("topk").values():
+            for u, row in zip(top[0], top[1]):
+                lo, hi = u2i.indptr[u], u2i.indptr[u + 1]
+                best = lo + np.argsort(-w[lo:hi].astype(np.float64), kind="stable")[:k]
+                expect = u2i.indices[best].tolist()
+                got = row[:len(expect)].tolist()
+                assert sorted(got) == sorted(expect) and (row[len(expect):] == -1).all(), (k, u)
+                if hi - lo > k:
+                    assert got == expect, (k, u)
+            seen += len(top[0])
+        assert seen == 300
+    assert (u2i.degree()[:300] < 12).any()  # short rows (-1 padding) were checked too
+    tied = Graph().add_nodes("user", 2).add_nodes("item", 5)
+    tied.add_edges("u2i", "user", "item", np.zeros(5, np.int64), np.array([3, 1, 4, 2, 0]),
+                   weights=np.array([1, 2, 2, 1, 2], np.float32))
+    for k, expect in ((2, [1, 4]), (4, [1, 4, 0, 3])):
+        got = tied.V("user").batch(2).outV("u2i").sample(k).by("topk").values().next()
+        assert got[1][0].tolist() == expect and (got[1][1] == -1).all()
     full = hetero.V("item").batch(4).inV("u2i").sample(1).by("full").values().next()
     assert (full[1] >= 0).sum() == sum(hetero.edge_type("u2i").csc.degree()[full[0]])
     with pytest.raises(ValueError, match="edge_type='u2x'"):

@@ -163,3 +163,46 @@ def test_unclosed_slow_tier_is_removed_at_exit(tmp_path):
             "keep = SlowTier.create(sys.argv[1]); keep.array('w', (4, 2)); print(keep.dir, flush=True)\n")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
     assert out.stdout.strip().startswith(str(tmp_path)) and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "rowwise_adagrad"])
+def test_cache_replans_and_drop_write_every_update_back_to_the_slow_tier(tmp_path, optimizer):
+    """Re-planning flushes the old cache and drop_cache flushes the last one: afterwards the raw
+    slow-tier files hold exactly what a RAM-only stage trained on the same batches holds."""
+    from labkit.recsys.cache import CachePlan, SlowTier
+    _, tables, gen = _setup()
+    ram = PackedEmbeddings(tables, optimizer=optimizer, lr=0.1)
+    tier = SlowTier.create(tmp_path)
+    tiered = PackedEmbeddings(tables, optimizer=optimizer, lr=0.1, slow_tier=tier)
+    fractions = [0.1, 0.5, 0.0, 1.0, 0.3, 0.05]
+    stale = 0
+    for step, fraction in enumerate(fractions):
+        batches = [gen.batch(64, 100 * step + j) for j in range(2)]
+        tiered.plan_cache(CachePlan.from_fraction(tiered.count_ids(batches), fraction))
+        assert (tiered.cached_rows > 0) == (fraction > 0)
+        for j, b in enumerate(batches):
+            assert torch.equal(ram.lookup(b), tiered.lookup(b))
+            grad = torch.randn(64, ram.width, generator=torch.Generator().manual_seed(10 * step + j))
+            ram.apply(b, None, grad)
+            tiered.apply(b, None, grad)
+        assert (tiered.hit_rate > 0) == (fraction > 0)
+        # Updates of cached rows live only in the cache until it is flushed.
+        stale += sum(not np.array_equal(np.asarray(g.weights), r.weights) for g, r in zip(tiered.groups, ram.groups))
+    assert stale > 0  # so the comparison below depends on the write-back
+    tiered.drop_cache()
+    assert tiered.cached_rows == 0
+    names = {p.name for p in tier.files}
+    for gi, (g, r) in enumerate(zip(tiered.groups, ram.groups)):
+        # Read the files back (not the stage's mapping): what the slow tier itself holds.
+        w = np.load(tier.dir / f"group{gi}_weights.f32", mmap_mode="r")
+        np.testing.assert_array_equal(w, r.weights)
+        if optimizer == "sgd":
+            assert f"group{gi}_state.f32" not in names
+        else:
+            st = np.load(tier.dir / f"group{gi}_state.f32", mmap_mode="r")
+            assert st.shape == r.state.shape and st.any()
+            np.testing.assert_array_equal(st, r.state)
+    for i in range(len(tables)):
+        np.testing.assert_array_equal(tiered.table_weights(i), ram.table_weights(i))
+    tiered.close()
+    assert not tier.dir.exists()

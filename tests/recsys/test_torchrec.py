@@ -7,7 +7,7 @@ import torch
 from labkit.recsys.baselines import torchrec as trec
 from labkit.recsys.data import SyntheticCTR, make_fields
 from labkit.recsys.packing import PackedEmbeddings
-from labkit.recsys.tables import tables_for
+from labkit.recsys.tables import init_table, tables_for
 
 pytestmark = pytest.mark.skipif(not trec.available(), reason="torchrec not installed (requirements-nodeps.txt)")
 
@@ -44,3 +44,41 @@ def test_ebc_refuses_rowwise_adagrad_rather_than_swapping_it():
     with pytest.raises(ValueError, match=r"optimizer='rowwise_adagrad' is not accepted.*kind='fused'"):
         trec.TorchRecEmbeddings(tables, kind="ebc", optimizer="rowwise_adagrad")
     trec.TorchRecEmbeddings(tables, kind="fused", optimizer="rowwise_adagrad")  # the fused one has it
+
+
+#: Both sides compute in fp32 and differ only in the order they add: pooled rows (<= 3 per bag),
+#: per-row gradient sums over a batch's repeated ids, 5 steps of updates. Measured: at most ~8 ulps
+#: (2**-24) of the largest magnitude; 64 leaves room (~4e-6 relative). A different optimizer rule
+#: (eps inside the sqrt instead of outside, sum instead of mean of a row's squared gradients, another
+#: eps) moves weights by 1e-3 to 1e-1, hundreds of times more.
+ULPS = 64 * 2.0**-24
+
+
+@pytest.mark.parametrize("kind,optimizer", [("fused", "sgd"), ("fused", "adagrad"), ("fused", "rowwise_adagrad"),
+                                            ("ebc", "sgd"), ("ebc", "adagrad")])  # ebc has no row-wise Adagrad
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+def test_torchrec_stage_matches_packed_for_every_optimizer(kind, optimizer, pooling):
+    # Same rows, batches, gradients, lr and eps. Multi-hot bags and skewed ids repeat rows within a
+    # batch, so the Adagrad state must see one summed gradient per row per step on both sides.
+    specs = make_fields(4, cardinality=[50, 400], dims=[4, 8], hotness=[1, 3], pooling=pooling)
+    tables = tables_for(specs)
+    gen = SyntheticCTR(specs, seed=5)
+    # eps is large enough that where it sits matters: with G ~ g^2 ~ 1, 1 / (sqrt(G) + eps) and
+    # 1 / sqrt(G + eps) differ by ~2.5%, i.e. ~2.5e-3 per update at lr 0.1.
+    tr = trec.TorchRecEmbeddings(tables, kind=kind, optimizer=optimizer, lr=0.1, eps=0.05)
+    pk = PackedEmbeddings(tables, optimizer=optimizer, lr=0.1, eps=0.05)
+    for step in range(5):
+        b = gen.batch(32, step)
+        e = tr.lookup(b)
+        ref = pk.lookup(b).numpy()
+        np.testing.assert_allclose(e.detach().numpy(), ref, rtol=0, atol=ULPS * np.abs(ref).max())
+        g = torch.randn(e.shape, generator=torch.Generator().manual_seed(step))
+        tr.apply(b, e, g)
+        pk.apply(b, None, g)
+    moved = 0
+    for i in range(len(tables)):
+        w_tr, w_pk = tr.table_weights(i), pk.table_weights(i)
+        np.testing.assert_allclose(w_tr, w_pk, rtol=0, atol=ULPS * np.abs(w_pk).max(),
+                                   err_msg=f"{kind} {optimizer} table {i}")
+        moved += int((np.abs(w_pk - init_table(i, tables[i], 0)) > 1e-3).any(axis=1).sum())
+    assert moved > 0

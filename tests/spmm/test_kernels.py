@@ -44,7 +44,7 @@ def test_matches_float64_reference(m, k, s, n, kernel, tile, seed):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("n", [5, 8, 16])
+@pytest.mark.parametrize("n", [5, 8, 16, 17, 33, 64])   # 17..64: the nb = 32 and 64 paths
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_wider_n(n, kernel):
     w = random_sparse((200, 700), 0.8, seed=n)
@@ -76,13 +76,26 @@ def test_empty_matrix_and_empty_rows():
 
 def test_all_operators_agree():
     w = random_sparse((64, 96), 0.7, seed=1)
-    x = torch.randn(96, 3).to(torch.bfloat16)
+    x = torch.randn(96, 3, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    # W and x are bf16, so every product is exact in fp32 (8 + 8 significant bits) and also exactly
+    # representable in fp16 (values are normal there: checked). Per element, with
+    # gamma = K * 2**-24 * (|W| @ |x|), the fp32-accumulation bound of any summation order:
+    #   fp32 output (fp32 dense, torch/scipy fp32 CSR, bf16 CSR, Tiled-CSL): |y - y64| <= gamma;
+    #   16-bit output (dense bf16 / fp16: fp32 accumulation, then one rounding of the result to
+    #   unit roundoff u = 2**-8 for bf16, 2**-11 for fp16): |y - y64| <= gamma + u * (|y64| + gamma).
+    assert torch.equal(w.half().float(), w.float()) and torch.equal(x.half().float(), x.float())
     ref = (w.double() @ x.double()).numpy()
-    for op in (DenseTorch(w), DenseTorch(w, torch.float32), TorchCSR(w), ScipyCSR(w), BF16CSR(w),
-               TiledCSLMatmul(w), TiledCSLMatmul(w, kernel="dense_tile")):
+    gamma = 96 * 2.0**-24 * (w.double().abs() @ x.double().abs()).numpy()
+    rounding = {"dense_bf16": 2.0**-8, "dense_bf16_linear": 2.0**-8, "dense_fp16": 2.0**-11}
+    ops = (DenseTorch(w), DenseTorch(w, call="linear"), DenseTorch(w, torch.float16), DenseTorch(w, torch.float32),
+           TorchCSR(w), ScipyCSR(w), BF16CSR(w), TiledCSLMatmul(w), TiledCSLMatmul(w, kernel="dense_tile"))
+    for op in ops:
         y = op(x).double().numpy()
         assert y.shape == (64, 3)
-        assert np.abs(y - ref).max() <= 2e-2 * np.abs(ref).max(), op.name   # dense bf16 rounds its output
+        u = rounding.get(op.name, 0.0)  # 0: fp32 result, no output rounding
+        assert np.all(np.abs(y - ref) <= gamma + u * (np.abs(ref) + gamma)), op.name
+    assert {op.name for op in ops} - set(rounding) >= {"dense_fp32", "torch_csr", "scipy_csr", "csr_bf16",
+                                                       "tiled_csl", "tiled_csl_dense_tile"}
     assert TiledCSLMatmul(w).nbytes < DenseTorch(w).nbytes < DenseTorch(w, torch.float32).nbytes
     # bf16 CSR: 6 bytes per non-zero against the fp32 CSRs' 8, and exact on bf16 weights at N = 1
     nnz = int((w != 0).sum())
