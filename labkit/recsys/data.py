@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -52,24 +53,41 @@ class FieldSpec:
         check_range(f"{self.name}.hotness", self.hotness, 1, 1000, integer=True)
         check_range(f"{self.name}.zipf", self.zipf, 0.0, 10.0)
         check_choice(f"{self.name}.out_of_range", self.out_of_range, OUT_OF_RANGE)
+        for n in ("cardinality", "dim", "hotness"):  # 4.0 or np.int64(4) is kept as 4 (JSON-able)
+            object.__setattr__(self, n, int(getattr(self, n)))
+        object.__setattr__(self, "zipf", float(self.zipf))
 
 
 def make_fields(n_fields: int, *, cardinality: int | Sequence[int] = 100_000,
                 dims: int | Sequence[int] = 16, hotness: int | Sequence[int] = 1, zipf: float = 1.05,
                 pooling: str = "sum", prefix: str = "C") -> list[FieldSpec]:
     """Return `n_fields` field specs; per-field values cycle through any sequence given."""
-    check_range("n_fields", n_fields, 1, 100_000, integer=True)
+    n_fields = int(check_range("n_fields", n_fields, 1, 100_000, integer=True))
 
-    def pick(v, i):
-        return int(v[i % len(v)]) if isinstance(v, (list, tuple, np.ndarray)) else v
+    for arg, v in (("cardinality", cardinality), ("dims", dims), ("hotness", hotness)):
+        if isinstance(v, (list, tuple, np.ndarray)) and len(v) == 0:
+            raise bad_value(arg, list(v), "an integer or a non-empty sequence of integers")
+
+    def pick(v, i):  # FieldSpec checks (and refuses 1.5, rather than truncating it here)
+        return v[i % len(v)] if isinstance(v, (list, tuple, np.ndarray)) else v
     return [FieldSpec(f"{prefix}{i + 1}", pick(cardinality, i), pick(dims, i), pooling, pick(hotness, i), zipf)
             for i in range(n_fields)]
+
+
+def check_seed(seed, arg: str = "seed") -> int:
+    """Return `seed` as an int if it is an integer in [0, 2**64) (numpy's and torch's seeds), else raise."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) < 2**64:
+        raise bad_value(arg, seed, "an integer in [0, 2**64)")
+    return int(seed)
 
 
 def criteo_like_cardinalities(n_fields: int, *, max_rows: int = 1_000_000, min_rows: int = 10,
                               seed: int = 0) -> list[int]:
     """Return log-uniform table sizes between `min_rows` and `max_rows`, as Criteo's 26 fields spread."""
-    rng = np.random.default_rng([seed, 7])
+    n_fields = int(check_range("n_fields", n_fields, 1, 100_000, integer=True))
+    check_range("min_rows", min_rows, 1, integer=True)
+    check_range("max_rows", max_rows, min_rows, integer=True)
+    rng = np.random.default_rng([check_seed(seed), 7])
     return [int(x) for x in np.exp(rng.uniform(math.log(min_rows), math.log(max_rows), n_fields))]
 
 
@@ -79,22 +97,44 @@ def save_field_specs(specs: Sequence[FieldSpec], path: str | os.PathLike, *, ove
 
 
 def load_field_specs(path: str | os.PathLike) -> list[FieldSpec]:
-    """Read a field spec file written by :func:`save_field_specs` (or by hand)."""
-    obj = json.loads(Path(path).read_text())
+    """Read a field spec file written by :func:`save_field_specs` (or by hand).
+
+    Raises ValueError naming the file (and the row, for a bad row) when it is missing, unreadable,
+    not JSON or not a list of fields.
+    """
+    try:
+        obj = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise bad_value("path", str(path), f"a readable field spec file ({e.strerror or type(e).__name__})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        where = f"line {e.lineno}: {e.msg}" if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
+        raise bad_value("path", str(path), f"a JSON field spec file ({where})") from None
     rows = obj.get("fields") if isinstance(obj, dict) else obj
     if not isinstance(rows, list) or not rows:
         raise bad_value("path", str(path), "a JSON file with a non-empty 'fields' list")
     known = set(FieldSpec.__dataclass_fields__)
+    required = {n for n, f in FieldSpec.__dataclass_fields__.items()
+                if f.default is MISSING and f.default_factory is MISSING}
     out = []
     for i, r in enumerate(rows):
+        arg = f"{path}: fields[{i}]"
+        if not isinstance(r, dict):
+            raise bad_value(arg, r, "an object with keys among " + ", ".join(sorted(known)))
         extra = set(r) - known
         if extra:
-            raise bad_value(f"fields[{i}]", sorted(extra)[0], "keys among " + ", ".join(sorted(known)))
-        out.append(FieldSpec(**r))
+            raise bad_value(arg, sorted(extra)[0], "keys among " + ", ".join(sorted(known)))
+        missing = required - set(r)
+        if missing:
+            raise bad_value(arg, r, "an object with keys " + ", ".join(sorted(required)) +
+                            f" (missing {sorted(missing)[0]!r})")
+        try:
+            out.append(FieldSpec(**r))
+        except ValueError as e:
+            raise ValueError(f"{arg}: {e}") from None
     names = [s.name for s in out]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
-        raise bad_value("fields.name", dup, "unique field names")
+        raise bad_value(f"{path}: fields.name", dup, "unique field names")
     return out
 
 
@@ -115,17 +155,33 @@ class JaggedBatch:
     _single_hot: bool | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
-        self.values = np.ascontiguousarray(self.values, dtype=np.int64)
-        self.lengths = np.ascontiguousarray(self.lengths, dtype=np.int64)
-        self.dense = np.ascontiguousarray(self.dense, dtype=np.float32)
-        self.labels = np.ascontiguousarray(self.labels, dtype=np.float32)
+        # Every array is checked for shape and kind here (cheap, vectorised): a negative length or
+        # a float id would otherwise reach the embedding kernels, which do not bounds-check.
+        if isinstance(self.keys, str) or not all(isinstance(k, str) for k in self.keys):
+            raise bad_value("keys", self.keys, "a list of field names (strings)", exc=BadBatch)
+        self.keys = list(self.keys)
+        if len(set(self.keys)) != len(self.keys):
+            dup = next(k for k in self.keys if self.keys.count(k) > 1)
+            raise bad_value("keys", dup, "unique field names", exc=BadBatch)
+        self.values = _int_array("values", self.values)
+        self.lengths = _int_array("lengths", self.lengths)
+        self.dense = _float_array("dense", self.dense, 2)
+        self.labels = _float_array("labels", self.labels, 1)
         b, f = self.batch_size, len(self.keys)
+        if self.dense.shape[0] != b:
+            raise bad_value("dense", f"shape {self.dense.shape}", f"{b} rows, one per label", exc=BadBatch)
         if self.lengths.shape != (f * b,):
-            raise bad_value("lengths", f"shape {self.lengths.shape}", f"shape ({f * b},) = fields x batch")
+            raise bad_value("lengths", f"shape {self.lengths.shape}", f"shape ({f * b},) = fields x batch",
+                            exc=BadBatch)
+        if self.lengths.size and self.lengths.min() < 0:
+            i = int(np.argmin(self.lengths))
+            raise bad_value(f"lengths[{i}]", int(self.lengths[i]),
+                            f"ids per bag >= 0 (field {self.keys[i // b]!r}, sample {i % b})", exc=BadBatch)
         self.offsets = np.zeros(f * b + 1, np.int64)
         np.cumsum(self.lengths, out=self.offsets[1:])
         if self.offsets[-1] != self.values.shape[0]:
-            raise bad_value("values", f"{self.values.shape[0]} ids", f"{self.offsets[-1]} ids (sum of lengths)")
+            raise bad_value("values", f"{self.values.shape[0]} ids", f"{self.offsets[-1]} ids (sum of lengths)",
+                            exc=BadBatch)
 
     @property
     def batch_size(self) -> int:
@@ -144,6 +200,8 @@ class JaggedBatch:
 
     def field_ids(self, f: int) -> tuple[np.ndarray, np.ndarray]:
         """Return (ids, offsets relative to them, length B+1) of field index `f`."""
+        if not 0 <= f < len(self.keys):
+            raise bad_value("f", f, f"a field index in [0, {len(self.keys)})")
         b = self.batch_size
         off = self.offsets[f * b:(f + 1) * b + 1]
         return self.values[off[0]:off[-1]], off - off[0]
@@ -151,6 +209,8 @@ class JaggedBatch:
     def slice(self, start: int, stop: int) -> "JaggedBatch":
         """Return samples [start, stop) as a new batch (a micro-batch)."""
         b = self.batch_size
+        if not 0 <= start <= stop <= b:
+            raise bad_value("(start, stop)", (start, stop), f"0 <= start <= stop <= {b} (the batch size)")
         lens = self.lengths.reshape(len(self.keys), b)[:, start:stop]
         if self.single_hot:  # ids of field f at f*B + sample: one strided copy
             out = JaggedBatch(self.keys, self.values.reshape(len(self.keys), b)[:, start:stop].reshape(-1),
@@ -180,15 +240,46 @@ class JaggedBatch:
 
 
 class BadBatch(LabkitError, ValueError):
-    """A batch does not fit the field spec it is used with (fields, ids or dense width); one line, names the field."""
+    """A batch is malformed or does not fit the field spec it is used with (fields, ids, dense width,
+    labels); one line, names the field."""
+
+
+def _int_array(arg: str, x) -> np.ndarray:
+    """`x` as a contiguous 1-D int64 array; refuses floats (1.7 would be truncated), bools and strings."""
+    try:
+        a = np.asarray(x)
+    except (ValueError, TypeError):
+        raise bad_value(arg, type(x).__name__, "a 1-D array of integers", exc=BadBatch) from None
+    if a.ndim != 1:
+        raise bad_value(arg, f"shape {a.shape}", "a 1-D array of integers", exc=BadBatch)
+    if a.dtype.kind not in "iu" and a.size:  # an empty list arrives as float64: fine
+        raise bad_value(arg, f"dtype {a.dtype}, e.g. {a[0].item()!r}",
+                        "an integer array (int64; whole floats: use .astype(np.int64))", exc=BadBatch)
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def _float_array(arg: str, x, ndim: int) -> np.ndarray:
+    """`x` as a contiguous float32 array of `ndim` dimensions."""
+    try:
+        a = np.asarray(x)
+        if a.dtype.kind not in "biuf" and a.size:
+            raise TypeError
+        a = np.ascontiguousarray(a, dtype=np.float32)
+    except (ValueError, TypeError):
+        raise bad_value(arg, type(x).__name__, f"a {ndim}-D array of numbers", exc=BadBatch) from None
+    if a.ndim != ndim:
+        raise bad_value(arg, f"shape {a.shape}", f"a {ndim}-D array" + (" (samples x dense features)" if ndim == 2
+                                                                        else " (one label per sample)"), exc=BadBatch)
+    return a
 
 
 def check_ids(specs: Sequence[FieldSpec], batch: JaggedBatch) -> JaggedBatch:
     """Return `batch` with ids checked against each field's cardinality (hashed where the spec says so).
 
     Raises :class:`BadBatch` (a ValueError) naming the field when the batch's fields do not match
-    the specs or an id is out of range for a field that refuses such ids. One vectorised pass over
-    the ids.
+    the specs, an id is out of range for a field that refuses such ids, the batch is empty, a label
+    lies outside [0, 1] or a label or dense feature is not finite. One vectorised pass over the
+    ids (the batch's shapes and lengths were checked when it was made).
     """
     if not isinstance(batch, JaggedBatch):
         raise bad_value("batch", type(batch).__name__, "a JaggedBatch", exc=BadBatch)
@@ -201,26 +292,50 @@ def check_ids(specs: Sequence[FieldSpec], batch: JaggedBatch) -> JaggedBatch:
                 f"field {extra[0]!r} is not in the field spec" if extra else "fields are in a different order")
         raise BadBatch(f"field spec does not match the data: {what}; spec has {len(names)} fields, "
                        f"batch.keys has {len(batch.keys)}")
-    b = batch.batch_size
+    b, nf = batch.batch_size, len(specs)
+    if b == 0:
+        raise bad_value("batch", "0 samples", "at least one sample", exc=BadBatch)
+    _check_labels_dense(batch)
     values = batch.values
-    for f, s in enumerate(specs):
+    if values.size == 0:
+        return batch
+    # One pass over the ids: the largest id of each field, as unsigned (a negative id reads as
+    # >= 2**63, so one comparison with the cardinality catches both ends).
+    # Fields with ids start strictly increasing, and each one's ids run up to the next one's start.
+    starts = batch.offsets[0:nf * b:b]
+    full = np.flatnonzero(batch.offsets[b:nf * b + 1:b] > starts)
+    top = np.maximum.reduceat(values.view(np.uint64), starts[full])
+    cards = np.fromiter((s.cardinality for s in specs), np.uint64, nf)
+    bad_fields = full[top >= cards[full]]
+    for f in bad_fields:
+        s = specs[f]
         lo, hi = batch.offsets[f * b], batch.offsets[(f + 1) * b]
         ids = values[lo:hi]
-        if ids.size == 0:
-            continue
-        bad = (ids < 0) | (ids >= s.cardinality)
-        if bad.any():
-            if s.out_of_range == "hash":
-                if values is batch.values:
-                    values = values.copy()
-                values[lo:hi] = np.where(bad, hash_ids(ids, s.cardinality), ids)
-            else:
-                v = int(ids[np.argmax(bad)])
-                raise BadBatch(f"field {s.name!r}: id={v} is not accepted; expected 0 <= id < "
-                               f"{s.cardinality} (set out_of_range='hash' in the field spec to hash it)")
+        bad = ids.view(np.uint64) >= np.uint64(s.cardinality)
+        if s.out_of_range == "hash":
+            if values is batch.values:
+                values = values.copy()
+            values[lo:hi] = np.where(bad, hash_ids(ids, s.cardinality), ids)
+        else:
+            v = int(ids[np.argmax(bad)])
+            raise BadBatch(f"field {s.name!r}: id={v} is not accepted; expected 0 <= id < "
+                           f"{s.cardinality} (set out_of_range='hash' in the field spec to hash it)")
     if values is batch.values:
         return batch
     return JaggedBatch(batch.keys, values, batch.lengths, batch.dense, batch.labels)
+
+
+def _check_labels_dense(batch: JaggedBatch) -> None:
+    """Refuse labels outside [0, 1] and non-finite labels or dense features (NaN fails every comparison)."""
+    lab = batch.labels
+    if not (lab.min() >= 0 and lab.max() <= 1):
+        i = int(np.flatnonzero(~((lab >= 0) & (lab <= 1)))[0])
+        raise bad_value(f"batch.labels[{i}]", float(lab[i]), "a click label in [0, 1]", exc=BadBatch)
+    d = batch.dense
+    if d.size and not (np.isfinite(d.min()) and np.isfinite(d.max())):
+        i, j = np.argwhere(~np.isfinite(d))[0]
+        raise bad_value(f"batch.dense[{i}, {j}]", float(d[i, j]), f"finite values (dense column {j})",
+                        exc=BadBatch)
 
 
 def hash_ids(ids: np.ndarray, cardinality: int) -> np.ndarray:
@@ -240,6 +355,10 @@ class ZipfSampler:
     def __init__(self, cardinality: int, s: float, seed: int | Sequence[int] = 0) -> None:
         check_range("cardinality", cardinality, 1, integer=True)
         check_range("s", s, 0.0, 10.0)
+        if isinstance(seed, (list, tuple, np.ndarray)):
+            seed = [check_seed(x, f"seed[{i}]") for i, x in enumerate(seed)]
+        else:
+            seed = check_seed(seed)
         self.cardinality, self.s = int(cardinality), float(s)
         w = np.arange(1, self.cardinality + 1, dtype=np.float64) ** -self.s
         self.cdf = np.cumsum(w)
@@ -270,17 +389,21 @@ class SyntheticCTR:
         if not specs:
             raise bad_value("specs", list(specs), "at least one FieldSpec")
         self.specs = list(specs)
-        self.n_dense = check_range("n_dense", n_dense, 0, 1000, integer=True)
-        self.seed = seed
+        if not all(isinstance(s, FieldSpec) for s in self.specs):
+            bad = next(s for s in self.specs if not isinstance(s, FieldSpec))
+            raise bad_value("specs", type(bad).__name__, "a list of FieldSpec")
+        self.n_dense = int(check_range("n_dense", n_dense, 0, 1000, integer=True))
+        self.seed = seed = check_seed(seed)
         self.samplers = [ZipfSampler(s.cardinality, s.zipf, [seed, 1000 + i]) for i, s in enumerate(specs)]
         self.dense_w = np.random.default_rng([seed, 3]).normal(0, 0.3, n_dense).astype(np.float32)
         self._step = 0
 
     def batch(self, batch_size: int, index: int | None = None) -> JaggedBatch:
         """Return batch number `index` (the next one if None); the same index gives the same batch."""
-        check_range("batch_size", batch_size, 1, 10_000_000, integer=True)
+        batch_size = int(check_range("batch_size", batch_size, 1, 10_000_000, integer=True))
         if index is None:
             index, self._step = self._step, self._step + 1
+        index = check_seed(index, "index")
         rng = np.random.default_rng([self.seed, 11, index])
         keys = [s.name for s in self.specs]
         lengths, values = [], []
@@ -303,7 +426,7 @@ class SyntheticCTR:
         return JaggedBatch(keys, np.concatenate(values), np.concatenate(lengths), dense, labels)
 
     def batches(self, batch_size: int, n: int) -> Iterator[JaggedBatch]:
-        for i in range(n):
+        for i in range(int(check_range("n", n, 0, integer=True))):
             yield self.batch(batch_size, i)
 
 
@@ -354,9 +477,8 @@ def _parse_cat(tok: str, spec: FieldSpec) -> int:
         return -1  # missing value: an empty bag for this field
     v = int(tok, 16)
     if spec.out_of_range == "hash":
-        return int(hash_ids(np.array([v], np.int64) if v < 2**63 else np.array([v % 2**63], np.int64),
-                            spec.cardinality)[0])
-    if v >= spec.cardinality:
+        return int(hash_ids(np.array([v if -2**63 <= v < 2**63 else v % 2**63], np.int64), spec.cardinality)[0])
+    if v < 0 or v >= spec.cardinality:  # a negative id must not read as a missing value (-1)
         raise ValueError(f"field {spec.name!r}: id={v} is not accepted; expected 0 <= id < {spec.cardinality}")
     return v
 
@@ -427,6 +549,8 @@ def _tsv_batches(path: Path, specs, batch_size: int, on_error: str, stats: ReadS
                         x = int(tok) if tok else 0
                     except ValueError:
                         raise ValueError(f"I{j + 1}={tok!r} is not an integer") from None
+                    if x > 1e308:  # log1p would raise OverflowError (not a float)
+                        raise ValueError(f"I{j + 1}={tok[:20]!r}... is too large; expected an integer below 1e308")
                     d.append(math.log1p(x) if x > 0 else 0.0)
                 c = []
                 for s, tok in zip(specs, cols[1 + N_DENSE_CRITEO:]):

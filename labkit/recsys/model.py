@@ -19,9 +19,10 @@ from torch import nn
 
 from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.recsys.cache import CachePlan, SlowTier
-from labkit.recsys.data import N_DENSE_CRITEO, BadBatch, FieldSpec, JaggedBatch, check_ids
+from labkit.recsys.data import N_DENSE_CRITEO, BadBatch, FieldSpec, JaggedBatch, check_ids, check_seed
 from labkit.recsys.interleave import Interleaver
-from labkit.recsys.models import EMB_OPTIMIZERS, DenseArch, PerFieldEmbeddings, check_hidden, model_tables
+from labkit.recsys.models import (EMB_OPTIMIZERS, DenseArch, PerFieldEmbeddings, check_hidden, check_lr,
+                                  check_specs, model_tables)
 from labkit.recsys.packing import PackedEmbeddings
 
 DENSE_OPTIMIZERS = ("sgd", "adagrad")
@@ -61,18 +62,24 @@ class RecModel:
                  cache: float = 0.0, optimizer: str = "sgd", lr: float = 0.05, dense_optimizer: str = "sgd",
                  dense_lr: float = 0.05, hidden: Sequence[int] = (128, 64), n_dense: int = N_DENSE_CRITEO,
                  seed: int = 0, slow_tier_root=None, check: bool = True) -> None:
+        # Every argument is checked before anything is built (the slow tier makes a folder).
         check_choice("optimizer", optimizer, EMB_OPTIMIZERS)
         check_choice("dense_optimizer", dense_optimizer, DENSE_OPTIMIZERS)
-        self.kind, self.specs = kind, list(specs)
-        self.techniques = Techniques(bool(packing), int(interleave), float(cache))
-        self.check = check
+        check_choice("packing", packing, (False, True))
+        check_range("interleave", interleave, 0, 1024, integer=True)
+        check_range("cache", cache, 0.0, 1.0)
+        check_choice("check", check, (False, True))
+        lr, dense_lr = check_lr("lr", lr), check_lr("dense_lr", dense_lr)
+        n_dense = int(check_range("n_dense", n_dense, 0, 1000, integer=True))
+        seed = check_seed(seed)
+        self.kind, self.specs = kind, check_specs(specs)
+        packing, interleave, cache = bool(packing), int(interleave), float(cache)
+        self.techniques = Techniques(packing, interleave, cache)
+        self.check = bool(check)
         tables = model_tables(kind, self.specs)
         hidden = check_hidden(hidden)
         tier = None
         if packing or cache > 0:
-            # Checked here too (PackedEmbeddings checks it) so that a bad value fails before the
-            # slow tier makes its folder.
-            check_range("lr", lr, 0.0, lo_open=True)
             # Caching without packing keeps one table per field (same kernels, F lookups).
             tier = SlowTier.create(slow_tier_root) if cache > 0 else None
         try:

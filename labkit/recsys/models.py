@@ -8,14 +8,15 @@ swapped in under the very same network.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from labkit.core.errors import check_choice, check_range
-from labkit.recsys.data import N_DENSE_CRITEO, FieldSpec, JaggedBatch
+from labkit.core.errors import bad_value, check_choice, check_range
+from labkit.recsys.data import N_DENSE_CRITEO, FieldSpec, JaggedBatch, check_seed
 from labkit.recsys.tables import Table, canonical_order, init_table, tables_for
 
 MODELS = ("wide_deep", "dlrm", "deepfm")
@@ -54,7 +55,10 @@ class PerFieldEmbeddings(nn.Module):
                  eps: float = 1e-10, seed: int = 0) -> None:
         super().__init__()
         check_choice("optimizer", optimizer, EMB_OPTIMIZERS)
+        lr, seed = check_lr("lr", lr), check_seed(seed)
         self.tables = list(tables)
+        if not self.tables:
+            raise bad_value("tables", self.tables, "at least one Table")
         self.order = canonical_order(self.tables)
         self.width = sum(t.dim for t in self.tables)
         self.bags = nn.ModuleList()
@@ -138,6 +142,10 @@ class DenseArch(nn.Module):
                  hidden: Sequence[int] = (128, 64), seed: int = 0) -> None:
         super().__init__()
         self.kind = check_choice("kind", kind, MODELS)
+        specs = check_specs(specs)
+        hidden = check_hidden(hidden)
+        n_dense = int(check_range("n_dense", n_dense, 0, 1000, integer=True))
+        seed = check_seed(seed)
         self.n_fields, self.n_dense = len(specs), n_dense
         self.n_wide = self.n_fields if kind in ("wide_deep", "deepfm") else 0
         dims = [s.dim for s in specs]
@@ -189,9 +197,33 @@ def model_tables(kind: str, specs: Sequence[FieldSpec]) -> list[Table]:
 
 
 def check_hidden(hidden: Sequence[int]) -> tuple[int, ...]:
+    """Return the dense network's hidden layer widths as ints: at least one layer, each in [1, 65536]."""
+    if isinstance(hidden, (str, bytes)) or not isinstance(hidden, (Sequence, np.ndarray)) or len(hidden) == 0:
+        raise bad_value("hidden", hidden, "a non-empty sequence of layer widths, e.g. (128, 64)")
     for h in hidden:
         check_range("hidden", h, 1, 1 << 16, integer=True)
     return tuple(int(h) for h in hidden)
+
+
+def check_lr(arg: str, lr: float) -> float:
+    """Return learning rate `lr` as a float if it is finite and > 0, else raise naming `arg`."""
+    return float(check_range(arg, lr, 0.0, math.inf, lo_open=True, hi_open=True))
+
+
+def check_specs(specs: Sequence[FieldSpec]) -> list[FieldSpec]:
+    """Return `specs` as a list if it holds at least one FieldSpec and nothing else, else raise."""
+    if isinstance(specs, (str, bytes, FieldSpec)) or not isinstance(specs, (Sequence, np.ndarray)):
+        raise bad_value("specs", type(specs).__name__, "a list of FieldSpec (see make_fields)")
+    specs = list(specs)
+    if not specs:
+        raise bad_value("specs", specs, "at least one FieldSpec (see make_fields)")
+    for i, s in enumerate(specs):
+        if not isinstance(s, FieldSpec):
+            raise bad_value(f"specs[{i}]", type(s).__name__, "a FieldSpec (see make_fields)")
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise bad_value("specs", next(n for n in names if names.count(n) > 1), "unique field names")
+    return specs
 
 
 def weights_equal(a, b, atol: float = 0.0) -> bool:

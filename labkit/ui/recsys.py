@@ -3,8 +3,11 @@ rate; the cache curve; operator counts, same-loss training and a watched trainin
 
 from __future__ import annotations
 
+import numbers
 import time
 from typing import Any
+
+from labkit.core.errors import bad_value, check_choice, check_range
 
 #: One colour per panel of :func:`technique_explorer` (the per-field baseline's bars are grey).
 TECH_COLORS = {"samples/s": "#1f77b4", "ops/step": "#ff7f0e", "hit rate": "#2ca02c"}
@@ -18,7 +21,19 @@ def technique_explorer(*, fields: tuple[int, int, int] = (8, 200, 26), batch: tu
     toggles for packing, interleaving and caching. Each change builds that model, trains `steps`
     steps on fresh synthetic batches and shows three panels, coloured by :data:`TECH_COLORS`:
     samples/s and operators per step (log scale) of the per-field baseline and this setting, and
-    this setting's cache hit rate (0 with caching off). ``state.result`` holds the last run's numbers."""
+    this setting's cache hit rate (0 with caching off). ``state.result`` holds the last run's numbers.
+
+    `fields`, `batch` and `cache_pct` are each ``(min, max, value)`` of a slider."""
+    from labkit.recsys.data import check_seed
+    from labkit.recsys.models import MODELS
+
+    _check_slider("fields", fields, 1, 100_000)
+    _check_slider("batch", batch, 1, 10_000_000)
+    _check_slider("cache_pct", cache_pct, 0, 100)
+    check_range("rows", rows, 1, integer=True)
+    check_range("steps", steps, 1, 10_000, integer=True)
+    check_choice("kind", kind, MODELS)
+    seed = check_seed(seed)
     import ipywidgets as W
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -87,6 +102,15 @@ def technique_explorer(*, fields: tuple[int, int, int] = (8, 200, 26), batch: tu
         return out
 
     return slider_plot(controls, update, fig, title="PICASSO: switch the techniques on and off")
+
+
+def _check_slider(arg: str, triple, lo: int, hi: int) -> None:
+    """Refuse a slider's ``(min, max, value)`` unless it holds integers with lo <= min <= value <= max <= hi."""
+    ok = (isinstance(triple, (tuple, list)) and len(triple) == 3
+          and all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in triple)
+          and lo <= triple[0] <= triple[2] <= triple[1] <= hi)
+    if not ok:
+        raise bad_value(arg, triple, f"(min, max, value) integers with {lo} <= min <= value <= max <= {hi}")
 
 
 def cache_curve_explorer(stage, counts, batches, *, fractions=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4),
