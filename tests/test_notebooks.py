@@ -48,7 +48,7 @@ def test_tour_notebook_records_metrics():
     from labkit.core.notebooks import run_notebook
     m = run_notebook(ROOT / "notebooks" / "00_tour.ipynb", {"PROFILE": "ci"}, timeout=300)
     assert m["systems_listed"] == 5
-    assert 0 <= m["systems_built"] <= 5
+    assert m["systems_built"] == 5                  # every system in the catalog has its bench
     assert m["claims_recorded"] >= 5               # the claims table of BENCHMARKS.md, one row per claim
     assert m["sorted_gather_speedup"] > 0
     assert m["dashboard_samples"] >= 1          # it sampled while the work ran (about 4 at 0.5 s)

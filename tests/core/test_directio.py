@@ -370,24 +370,51 @@ def test_finalizing_never_waits_for_a_lock_held_elsewhere(blob, monkeypatch, how
     # it holds the file's lock: finalizing the file must neither block on it nor pull the fd away.
     path, data = blob
     f = _open(path)
-    held, leave = threading.Event(), threading.Event()
+    held, leave, leaving = threading.Event(), threading.Event(), threading.Event()
+
+    class Watched:
+        """The file's lock, noting every acquire that may wait (blocking, without a zero timeout)."""
+
+        def __init__(self, lock):
+            self.lock, self.waits = lock, []
+
+        def acquire(self, blocking=True, timeout=-1):
+            if blocking and timeout != 0:
+                self.waits.append(threading.current_thread().name)
+            return self.lock.acquire(blocking, timeout)
+
+        def release(self):
+            self.lock.release()
+
+        def _is_owned(self):
+            return self.lock._is_owned()
+
+        def __enter__(self):
+            return self.acquire()
+
+        def __exit__(self, *exc):
+            self.release()
 
     def frozen():
         with f._lock:
             held.set()
-            leave.wait(10)
+            leave.wait(60)
+            leaving.set()  # still holding the lock
 
-    t = threading.Thread(target=frozen, daemon=True)
+    f._lock = Watched(f._lock)
+    t = threading.Thread(target=frozen, name="frozen", daemon=True)
     t.start()
     assert held.wait(5)
     try:
-        t0 = time.perf_counter()
         if how == "__del__":
             f.__del__()
         else:
             monkeypatch.setattr(directio.sys, "is_finalizing", lambda: True)
             f.close()
-        assert time.perf_counter() - t0 < 1
+        # It returned while the frozen thread still held the lock (so it did not wait for the lock
+        # to be let go), and it never tried a wait on the lock (not even a bounded one).
+        assert not leaving.is_set() and t.is_alive()
+        assert f._lock.waits == ["frozen"]
         assert f._fd >= 0  # left alone: the lock's holder may still be reading
     finally:
         leave.set()

@@ -56,7 +56,9 @@ def test_output_is_written_in_one_step(tmp_path):
     # A failed run still leaves its executed copy (with the traceback) at output, whole.
     bad = _notebook(tmp_path / "bad.ipynb", body="raise RuntimeError('boom in cell')")
     failed = tmp_path / "out" / "failed.ipynb"
-    with pytest.raises(Exception, match="boom in cell"):
+    from papermill.exceptions import PapermillExecutionError
+    with pytest.raises(PapermillExecutionError, match="RuntimeError: boom in cell") as err:
         run_notebook(bad, output=failed, timeout=120)
+    assert (err.value.ename, err.value.evalue) == ("RuntimeError", "boom in cell")
     assert "boom in cell" in failed.read_text()
     assert sorted(p.name for p in out.parent.iterdir()) == ["failed.ipynb", "run.ipynb"]

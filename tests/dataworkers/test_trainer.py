@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 import torch
@@ -42,7 +43,9 @@ def test_bad_modes_are_named(image_prog):
 def test_dataloader_baseline_yields_the_monolithic_batches(image_prog):
     dl, smp = dataloader(image_prog, 0)
     smp.epoch = 1
-    for a, b in zip(dl, monolithic_batches(image_prog, 1)):
+    got, want = list(dl), list(monolithic_batches(image_prog, 1))
+    assert len(got) == len(want) == len(image_prog.batches(1)) > 0
+    for a, b in zip(got, want, strict=True):
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
@@ -50,11 +53,9 @@ def test_live_job_runs_in_the_background_and_stops(image_prog):
     import itertools
     keys = (image_prog.load(k) for e in itertools.count() for k in image_prog.batches(e))
     job = LiveJob(Trainer(image_prog.model, image_prog.loss_fn), keys).start()
-    deadline = 50
-    while job.metrics()["batches"] < 2 and deadline:
-        import time
+    deadline = time.monotonic() + 60  # it trains until stopped: wait for two steps, however busy the machine
+    while job.metrics()["batches"] < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
-        deadline -= 1
     job.stop()
     stats = job.join(10)
     assert stats.batches >= 2 and job.metrics()["step_s"] > 0 and not job.running
@@ -70,7 +71,6 @@ def test_cuda_step(image_prog):
 
 def _slow_batches(closed, gate=None):
     """Endless batches, each after 0.2 s (or once `gate` is set); records when it is closed."""
-    import time
     try:
         while True:
             if gate is not None:
@@ -82,7 +82,6 @@ def _slow_batches(closed, gate=None):
 
 
 def test_live_job_stop_waits_until_the_run_has_ended(image_prog):
-    import time
     closed = []
     tr = Trainer(torch.nn.Linear(1, 1), torch.nn.functional.mse_loss, mode="emulated", emulated_step_s=0.01)
     job = LiveJob(tr, _slow_batches(closed))

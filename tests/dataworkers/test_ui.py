@@ -75,7 +75,11 @@ def test_live_job_runs_in_the_background_and_always_closes_its_pool(image_prog, 
     split = extract(image_prog)
     live = live_job(image_prog, split, seconds=3.0, max_workers=2, max_cpus=2, window_s=0.3, interval=0.2)
     redraws, redraw = [], live.panel.redraw
-    live.panel.redraw = lambda: (redraws.append(1), redraw())
+
+    def counted():  # the dashboard's ticks call this; note the bars' total each one drew
+        redraw()
+        redraws.append(sum(live.panel.fig.data[0].y))
+    live.panel.redraw = counted
     try:
         assert live.job.running and live.dash.running  # started, and live_job returned at once
         assert live.view.children[0].children[-1] is live.panel.buttons["kill"]
@@ -83,13 +87,18 @@ def test_live_job_runs_in_the_background_and_always_closes_its_pool(image_prog, 
         assert live.kill_once(at_s=1.0) and live.killed
         assert not live.kill_once(at_s=1.5)  # once only
         time.sleep(0.5)
+        # The dashboard ticks until finish(), after the job's time too: wait (however busy the
+        # machine is) for ticks to have redrawn the bars more than once, once with batches on them.
+        deadline = time.monotonic() + 60
+        while (len(redraws) < 2 or max(redraws) < 1) and time.monotonic() < deadline:
+            time.sleep(0.05)
         stats = live.finish()
     finally:
         live.close()  # idempotent
     assert stats.batches > 0 and not live.job.running and not live.dash.running
     assert live.pool_stats["worker_deaths"] == 1 and live.pool_stats["delivered"] == stats.batches
     # The dashboard's ticks redrew the per-worker bars (not only the kill and slider did).
-    assert len(redraws) >= 5 and sum(live.panel.fig.data[0].y) >= 1
+    assert len(redraws) >= 2 and max(redraws) >= 1 and sum(live.panel.fig.data[0].y) >= 1
     assert any(s.get("workers") for s in live.dash.samples)
     t = history_table(live.scaler)
     assert t.title == "autoscaler windows" and len(t.rows) == len(live.scaler.history) >= 1

@@ -13,7 +13,8 @@ from labkit.dataworkers.workers import DaskWorkerPool, ProcessWorkerPool, Worker
 
 
 def same(a, b):
-    return all(torch.equal(x, y) for x, y in zip(a, b))
+    """Batches `a` and `b` hold the same tensors (and at least one)."""
+    return len(a) == len(b) > 0 and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 @pytest.fixture
@@ -30,7 +31,7 @@ def test_in_order_exactly_once(image_prog, split, no_leaks):
     ref = reference(split, keys)
     with ProcessWorkerPool(split.stateless, workers=2) as pool:
         got = list(pool.stream(keys))
-        assert len(got) == len(ref) and all(same(a, b) for a, b in zip(ref, got))
+        assert len(got) == len(ref) > 0 and all(same(a, b) for a, b in zip(ref, got, strict=True))
         assert pool.stats.delivered == len(keys)
         assert pool.metrics()["per_worker_batches_per_s"] > 0
         cpu = pool.cpu_seconds()  # what the autoscaler's CPU gate reads
@@ -43,7 +44,8 @@ def test_sched_batch_workers(image_prog, split, no_leaks):
     keys = image_prog.batches(0)[:4]
     with ProcessWorkerPool(split.stateless, workers=1, sched_batch=True) as pool:
         got = list(pool.stream(keys))
-        assert all(same(a, b) for a, b in zip(reference(split, keys), got))
+        assert len(got) == len(keys) == 4
+        assert all(same(a, b) for a, b in zip(reference(split, keys), got, strict=True))
         if hasattr(os, "sched_getscheduler"):
             assert all(os.sched_getscheduler(pid) == os.SCHED_BATCH for pid in pool.pids().values())
 
@@ -59,17 +61,27 @@ def test_killed_worker_batches_are_reissued(image_prog, split, no_leaks):
             got.append(b)
         # A death noticed on the last batch is replaced on the next stream, not this one.
         assert pool.stats.worker_deaths == 2 and pool.stats.respawned + pool._owed_respawns == 2
-    assert len(got) == len(ref) and all(same(a, b) for a, b in zip(ref, got))
+    assert len(got) == len(ref) > 0 and all(same(a, b) for a, b in zip(ref, got, strict=True))
 
 
 def test_slow_worker_is_worked_around(image_prog, split, no_leaks):
     keys = image_prog.batches(0) * 2
     ref = reference(split, keys)
-    with ProcessWorkerPool(split.stateless, workers=2, straggler_factor=3.0) as pool:
-        pool.slow_down(0, 0.4)
+    with ProcessWorkerPool(split.stateless, workers=1, max_workers=2, straggler_factor=3.0) as pool:
+        # Worker 0 alone measures the typical batch time (the straggler threshold is a multiple of
+        # it) and ends its stream holding nothing; then a second worker joins.
+        assert len(list(pool.stream(keys[:4]))) == 4 and pool.stats.speculative == 0
+        before = pool.stats.per_worker[0]["batches"]
+        pool.set_target(2)
+        # Worker 0 now stalls far longer than any batch takes (it is first in line, so it holds the
+        # stream's first batch). Every batch it holds must be issued again to worker 1; it never
+        # replies during the stream, so its stall never enters the typical batch time.
+        pool.slow_down(0, 600.0)
         got = list(pool.stream(keys))
         assert pool.stats.speculative >= 1
-    assert all(same(a, b) for a, b in zip(ref, got)) and len(got) == len(ref)
+        assert pool.stats.per_worker[0]["batches"] == before  # every batch came from worker 1
+        pool.kill_worker(0)  # rather than have close() wait for its sleep
+    assert len(got) == len(ref) > 0 and all(same(a, b) for a, b in zip(ref, got, strict=True))
 
 
 class Boom:
@@ -100,7 +112,7 @@ def test_trainer_stopping_early_cleans_up(image_prog, split, no_leaks):
         # stream yields exactly its own batches, in order (no_leaks checks the processes went away).
         keys = image_prog.batches(0)[3:6]
         got = list(pool.stream(keys))
-        assert len(got) == 3 and all(same(a, b) for a, b in zip(reference(split, keys), got))
+        assert len(got) == 3 and all(same(a, b) for a, b in zip(reference(split, keys), got, strict=True))
     finally:
         pool.close()
     assert pool.num_workers == 0
@@ -166,13 +178,14 @@ def test_dask_backend_in_order_and_scheduler_loss(image_prog, split):
     ref = reference(split, keys)
     pool = DaskWorkerPool.local(split.stateless, workers=1, batch_timeout=30)
     try:
-        assert all(same(a, b) for a, b in zip(ref, pool.stream(keys)))
+        first = list(pool.stream(keys))
+        assert len(first) == len(ref) > 0 and all(same(a, b) for a, b in zip(ref, first, strict=True))
         got = []
         for i, b in enumerate(pool.stream(keys * 3)):
             if i == 2:
                 pool.kill_worker()  # Dask recomputes what it held; we still get each batch once
             got.append(b)
-        assert len(got) == 3 * len(ref) and all(same(a, b) for a, b in zip(ref * 3, got))
+        assert len(got) == 3 * len(ref) and all(same(a, b) for a, b in zip(ref * 3, got, strict=True))
         it = pool.stream(keys * 50)
         next(it)
         pool._cluster.close()  # the scheduler goes away mid-epoch
