@@ -2,8 +2,9 @@
 
 Each reader returns a *replayable* chunk source (call it again for the second pass), checks
 every chunk as it goes and names the file row of the first bad one, so a malformed line fails
-with ``edges.csv row 1207: ...`` rather than a NumPy traceback. Edge weights, when a column
-holds them, are returned apart from the topology (as AliGraph stores attributes apart).
+with ``edges.csv row 1207: ...`` (``line 1208 (row 1207)`` for a wrong number of fields) rather
+than a NumPy traceback. Edge weights, when a column holds them, are returned apart from the
+topology (as AliGraph stores attributes apart) and carried into the CSR's ``weights``.
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ import numpy as np
 from labkit.core.errors import bad_value, check_range
 from labkit.graph.csr import CSR, build_csr_chunked, check_num_nodes
 
-Chunks = Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]
+Chunks = Callable[[], Iterator[tuple[np.ndarray, ...]]]  # (src, dst) chunks, or (src, dst, weights)
 
 
 def csv_edge_chunks(path: str | Path, *, chunk_rows: int = 1 << 20, src: str = "src", dst: str = "dst",
-                    num_nodes: int | None = None) -> Chunks:
+                    weight: str | None = None, num_nodes: int | None = None) -> Chunks:
     """Return a replayable source of (src, dst) int64 chunks read from a CSV with a header row.
 
-    A row whose ids are missing, not integers, negative or >= num_nodes raises ValueError
-    naming the file, the row number (1 = first data row) and the value.
+    With `weight` (a column name) the chunks are (src, dst, weights) with float64 weights. A row
+    whose ids are missing, not integers, negative or >= num_nodes, or whose weight is not a finite
+    number, raises ValueError naming the file, the row number (1 = first data row) and the value;
+    a line with more or fewer fields than the header names its line number too (1 = the header).
     """
     import pandas as pd
 
@@ -32,32 +35,117 @@ def csv_edge_chunks(path: str | Path, *, chunk_rows: int = 1 << 20, src: str = "
     check_range("chunk_rows", chunk_rows, 1, integer=True)
     if num_nodes is not None:
         num_nodes = check_num_nodes(num_nodes, 1)
+    cols = _columns(src, dst, weight)
+    accepted = "an integer id >= 0" + (f" and < {num_nodes}" if num_nodes else " and < 2**63")
 
     def chunks():
         row0 = 1
-        reader = pd.read_csv(path, usecols=[src, dst], dtype=str, chunksize=chunk_rows,
-                             keep_default_na=False)
+        fields = _csv_field_checks(path)
+        checked, bad_line = 0, None
+        reader = pd.read_csv(path, usecols=cols, dtype=str, chunksize=chunk_rows, keep_default_na=False,
+                             index_col=False)
         for df in reader:
+            while bad_line is None and checked < row0 - 1 + len(df):
+                checked, bad_line = next(fields, (float("inf"), None))
+            errors = []  # (position in chunk, rank within the row, message): the first one is raised
+            if bad_line is not None and bad_line[0] < row0 + len(df):
+                row, line, n, want = bad_line
+                errors.append((row - row0, 0, f"{path.name} line {line} (row {row}): {n} field{'s' * (n != 1)} "
+                                              f"is not accepted; expected {want} fields, as in the header"))
             out = []
-            for col in (src, dst):
+            for rank, col in enumerate(cols, 1):
                 vals = pd.to_numeric(df[col].str.strip(), errors="coerce")
-                # Ids past int64 (e.g. "1e20") would wrap to negatives in the cast below.
-                bad = vals.isna() | (vals % 1 != 0) | (vals < 0) | (vals >= _ID_LIMIT)
-                if num_nodes is not None:
-                    bad |= vals >= num_nodes
+                if col == weight:
+                    vals = vals.to_numpy(np.float64)
+                    bad = ~np.isfinite(vals)
+                    what = "a finite number"
+                else:
+                    # Ids past int64 (e.g. "1e20") would wrap to negatives in the cast below.
+                    bad = vals.isna() | (vals % 1 != 0) | (vals < 0) | (vals >= _ID_LIMIT)
+                    if num_nodes is not None:
+                        bad |= vals >= num_nodes
+                    bad, what = np.asarray(bad), accepted
+                    vals = None if bad.any() else vals.to_numpy(np.int64)
                 if bad.any():
-                    i = int(np.flatnonzero(bad.to_numpy())[0])
-                    accepted = "an integer id >= 0" + (f" and < {num_nodes}" if num_nodes else " and < 2**63")
-                    raise ValueError(f"{path.name} row {row0 + i}: {col}={df[col].iloc[i]!r} is not accepted; "
-                                     f"expected {accepted}")
-                out.append(vals.to_numpy(np.int64))
+                    i = int(np.flatnonzero(bad)[0])
+                    errors.append((i, rank, f"{path.name} row {row0 + i}: {col}={df[col].iloc[i]!r} is not accepted; "
+                                            f"expected {what}"))
+                out.append(vals)
+            if errors:
+                raise ValueError(min(errors)[2])
             row0 += len(df)
-            yield out[0], out[1]
-    return _checked_header(path, [src, dst], chunks)
+            yield tuple(out)
+    return _checked_header(path, cols, chunks)
 
 
 #: Ids at or past this do not fit an int64 node id.
 _ID_LIMIT = float(2**63)
+
+
+def _columns(src: str, dst: str, weight: str | None) -> list[str]:
+    """Return the columns to read, refusing one column named twice."""
+    if dst == src:
+        raise bad_value("dst", dst, "a column other than src")
+    if weight is None:
+        return [src, dst]
+    if weight in (src, dst):
+        raise bad_value("weight", weight, "a column other than src and dst")
+    return [src, dst, weight]
+
+
+def _csv_field_checks(path: Path, block: int = 1 << 24) -> Iterator[tuple]:
+    """Check every line of a CSV has the header's number of fields, counting separators with NumPy.
+
+    Yields (data rows checked so far, None) block by block; at the first bad line yields
+    (its row, (row, line, fields, header fields)) and stops. Rows are numbered like pandas' (blank lines
+    skipped, 1 = first data row), lines like an editor's (1 = the header); quoted commas and
+    newlines are not separators, a lone carriage return ends a line (as pandas reads them).
+    """
+    want, rows, line, tail = None, 0, 1, b""
+    with open(path, "rb") as fh:
+        while True:
+            data = fh.read(block)
+            eof, buf = not data, tail + data
+            if not buf:
+                return
+            b = np.frombuffer(buf, np.uint8)
+            brk = b == 10
+            if b"\r" in buf:
+                lone = b == 13
+                lone[:-1] &= ~brk[1:]
+                lone[-1] &= eof  # a final \r may be followed by \n in the next block
+                brk |= lone
+            sep = b == 44
+            if b'"' in buf:  # quoted commas and newlines do not count
+                out = np.bitwise_xor.accumulate(b == 34) == 0
+                sep &= out
+                ends = np.flatnonzero(brk & out)
+            else:
+                ends = np.flatnonzero(brk)
+            if eof and (not len(ends) or ends[-1] != len(b) - 1):
+                ends = np.append(ends, len(b))  # the last line has no newline
+            if not len(ends):
+                tail = buf
+                continue
+            counts = np.diff(np.searchsorted(np.flatnonzero(sep), ends), prepend=0) + 1
+            j0 = 0
+            if want is None:
+                want, j0 = int(counts[0]), 1
+            blanks = 0
+            for j in np.flatnonzero(counts[j0:] != want) + j0:
+                lo = int(ends[j - 1]) + 1 if j else 0
+                if counts[j] == 1 and not buf[lo:ends[j]].strip(b" \t\r"):
+                    blanks += 1  # pandas skips blank lines
+                    continue
+                row = rows + j - j0 - blanks + 1
+                yield row, (row, line + int(np.count_nonzero(brk[:lo])), int(counts[j]), want)
+                return
+            rows += len(ends) - j0 - blanks
+            line += int(np.count_nonzero(brk[:ends[-1] + 1]))
+            yield rows, None
+            if eof:
+                return
+            tail = buf[ends[-1] + 1:]
 
 
 def _existing_file(path: str | Path, kind: str) -> Path:
@@ -79,59 +167,89 @@ def _checked_header(path: Path, cols: list[str], chunks: Chunks) -> Chunks:
     return chunks
 
 
-def parquet_edge_chunks(path: str | Path, *, batch_rows: int = 1 << 20, src: str = "src",
-                        dst: str = "dst") -> Chunks:
-    """Return a replayable source of (src, dst) chunks read batch by batch from a Parquet file."""
+def parquet_edge_chunks(path: str | Path, *, batch_rows: int = 1 << 20, src: str = "src", dst: str = "dst",
+                        weight: str | None = None, num_nodes: int | None = None) -> Chunks:
+    """Return a replayable source of (src, dst) chunks read batch by batch from a Parquet file.
+
+    With `weight` (a column name) the chunks are (src, dst, weights), float weights kept as stored
+    and others made float64. A null, negative or too large id (>= num_nodes when given), or a
+    weight that is null or not finite, raises ValueError naming the file and the row number
+    (1 = first row), as csv_edge_chunks does.
+    """
     import pyarrow.parquet as pq
 
     path = _existing_file(path, "Parquet")
     check_range("batch_rows", batch_rows, 1, integer=True)
+    if num_nodes is not None:
+        num_nodes = check_num_nodes(num_nodes, 1)
+    cols = _columns(src, dst, weight)
     names = pq.ParquetFile(path).schema_arrow.names
-    missing = [c for c in (src, dst) if c not in names]
+    missing = [c for c in cols if c not in names]
     if missing:
         raise bad_value("columns", missing, f"columns present in {path.name}: {names}")
+    accepted = "an integer id >= 0" + (f" and < {num_nodes}" if num_nodes else " and < 2**63")
 
     def chunks():
         row0 = 1
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=[src, dst]):
-            cols = []
-            for name in (src, dst):
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=cols):
+            out = []
+            for name in cols:
                 a = batch.column(name)
+                kind = "a number" if name == weight else "an integer id"
                 if a.null_count:
                     i = int(np.flatnonzero(a.is_null().to_numpy(zero_copy_only=False))[0])
-                    raise ValueError(f"{path.name} row {row0 + i}: {name} is null; expected an integer id")
-                cols.append(a.to_numpy(zero_copy_only=False))
-            for name, a in zip((src, dst), cols):
-                if a.dtype.kind not in "iu":
-                    raise bad_value(name, a.dtype, "an integer column of node ids")
+                    raise ValueError(f"{path.name} row {row0 + i}: {name} is null; expected {kind}")
+                a = a.to_numpy(zero_copy_only=False)
+                if name == weight:
+                    if a.dtype.kind not in "iuf":
+                        raise bad_value(name, a.dtype, "a numeric column of edge weights")
+                    a = a if a.dtype.kind == "f" else a.astype(np.float64)
+                    bad, what = ~np.isfinite(a), "a finite number"
+                else:
+                    if a.dtype.kind not in "iu":
+                        raise bad_value(name, a.dtype, "an integer column of node ids")
+                    bad, what = a < 0, accepted
+                    if num_nodes is not None:
+                        bad |= a >= num_nodes
+                    elif a.dtype == np.uint64:
+                        bad |= a > np.iinfo(np.int64).max
+                if bad.any():
+                    i = int(np.flatnonzero(bad)[0])
+                    raise ValueError(f"{path.name} row {row0 + i}: {name}={a[i].item()!r} is not accepted; "
+                                     f"expected {what}")
+                out.append(a)
             row0 += batch.num_rows
-            yield cols[0], cols[1]
+            yield tuple(out)
     return chunks
 
 
 def count_nodes(chunks: Chunks) -> int:
     """Return max id + 1 over a chunk source (one extra pass, for files without a node count)."""
     top = -1
-    for s, d in chunks():
+    for s, d, *_ in chunks():
         if len(s):
             top = max(top, int(s.max()), int(d.max()))
     return top + 1
 
 
 def build_from_file(path: str | Path, num_nodes: int | None = None, *, reverse: bool = False,
-                    **build_kw) -> CSR:
-    """Return the CSR (or with `reverse`, the CSC) of the edges in a .csv or .parquet file, out of core."""
+                    weight: str | None = None, **build_kw) -> CSR:
+    """Return the CSR (or with `reverse`, the CSC) of the edges in a .csv or .parquet file, out of core.
+
+    `weight` names a column of edge weights: the result then has ``weights`` (and ``eid``) as
+    ``build_csr(..., weights=)`` gives them, each weight following its edge under `reverse`.
+    """
     path = Path(path)
     if num_nodes is not None:
         num_nodes = check_num_nodes(num_nodes, 1)
     if path.suffix == ".csv":
-        chunks = csv_edge_chunks(path, num_nodes=num_nodes)
+        chunks = csv_edge_chunks(path, num_nodes=num_nodes, weight=weight)
     elif path.suffix in (".parquet", ".pq"):
-        chunks = parquet_edge_chunks(path)
+        chunks = parquet_edge_chunks(path, num_nodes=num_nodes, weight=weight)
     else:
         raise bad_value("path", str(path), "a .csv or .parquet file")
     if reverse:
         fwd = chunks
-        chunks = lambda: ((d, s) for s, d in fwd())  # noqa: E731
+        chunks = lambda: ((c[1], c[0], *c[2:]) for c in fwd())  # noqa: E731
     n = count_nodes(chunks) if num_nodes is None else num_nodes
-    return build_csr_chunked(chunks, max(n, 1), **build_kw)
+    return build_csr_chunked(chunks, max(n, 1), weighted=weight is not None, **build_kw)

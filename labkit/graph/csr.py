@@ -77,17 +77,17 @@ class CSR:
         return out
 
 
-def check_node_ids(arg: str, ids: np.ndarray, num_nodes: int) -> np.ndarray:
+def check_node_ids(arg: str, ids: np.ndarray, num_nodes: int, what: str = "node ids") -> np.ndarray:
     """Return `ids` if every id is an integer in [0, num_nodes), else raise naming the first bad one."""
     ids = np.asarray(ids)
     if ids.dtype.kind not in "iu":
-        raise bad_value(arg, ids.dtype, "an integer array of node ids")
+        raise bad_value(arg, ids.dtype, f"an integer array of {what}")
     if len(ids):
         lo, hi = ids.min(), ids.max()
         if lo < 0 or hi >= num_nodes:
             bad = int(lo) if lo < 0 else int(hi)
             pos = int(np.flatnonzero(ids == bad)[0])
-            raise ValueError(f"{arg}[{pos}]={bad} is not accepted; expected node ids in [0, {num_nodes})")
+            raise ValueError(f"{arg}[{pos}]={bad} is not accepted; expected {what} in [0, {num_nodes})")
     return ids
 
 
@@ -357,16 +357,22 @@ def build_csc(src: np.ndarray, dst: np.ndarray, num_nodes: int | None = None, **
     return build_csr(dst, src, num_nodes, **kw)
 
 
-def build_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]], num_nodes: int, *,
+def build_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, ...]]], num_nodes: int, *,
                       drop_self_loops: bool = False, dedup: bool = False, sort: bool = False,
-                      return_eid: bool = False, progress: Callable[[int], None] | None = None) -> CSR:
+                      return_eid: bool = False, progress: Callable[[int], None] | None = None,
+                      weighted: bool = False) -> CSR:
     """Return the CSR of an edge stream too large to hold, in two passes over ``chunks()``.
 
     `chunks` is called twice and must yield the same (src, dst) chunks both times (e.g.
     :func:`labkit.graph.rmat.rmat_edge_chunks`, or a reader over Parquet/CSV files). Only one
     chunk plus the CSR is held. `progress(n_edges)` is called after each chunk of each pass.
+    With `weighted`, chunks are (src, dst, weights) and the CSR gets ``weights`` (and ``eid``)
+    exactly as ``build_csr(..., weights=)`` gives them; the stream's weights are then held too.
     """
     num_nodes = check_num_nodes(num_nodes, 1)
+    if weighted:
+        return _build_csr_chunked_weighted(chunks, num_nodes, drop_self_loops=drop_self_loops, dedup=dedup,
+                                           sort=sort, progress=progress)
     nt = _threads()
     # One (threads x nodes) count buffer, reused for every chunk of both passes.
     hist = np.zeros((nt, num_nodes), np.int64)
@@ -403,3 +409,45 @@ def build_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, np.ndarray
     del cursor
     indptr, indices, eid = _finish(indptr, indices, eid if return_eid else None, num_nodes, sort, dedup, nt)
     return CSR(indptr, indices, eid)
+
+
+_REPLAY_ERROR = "chunks() yielded different edges on its second pass; it must replay the same stream"
+
+
+def _build_csr_chunked_weighted(chunks, num_nodes: int, **kw) -> CSR:
+    """build_csr_chunked over (src, dst, weights) chunks: the topology as unweighted, then weights[eid].
+
+    The weights are checked on the first pass and gathered in input order on the second, so
+    ``weights[eid]`` picks, like build_csr, each stored edge's own weight (the first copy's under dedup).
+    """
+    state = {"passes": 0, "m": 0, "dtype": None, "w": None}
+
+    def topology():
+        state["passes"] += 1
+        second, off = state["passes"] == 2, 0
+        for chunk in chunks():
+            if len(chunk) != 3:
+                raise bad_value("chunks", f"a chunk of {len(chunk)} arrays", "(src, dst, weights) chunks when weighted")
+            s, d, w = chunk
+            w = np.asarray(w)
+            if w.shape != np.shape(s):
+                raise bad_value("weights", f"shape {w.shape}", f"shape {np.shape(s)} (one weight per edge)")
+            if second:
+                if off + len(w) > state["m"]:
+                    raise ValueError(_REPLAY_ERROR)
+                if state["w"] is None:
+                    state["w"] = np.empty(state["m"], state["dtype"])
+                state["w"][off:off + len(w)] = w
+            else:
+                state["dtype"] = w.dtype if state["dtype"] is None else np.result_type(state["dtype"], w.dtype)
+            off += len(w)
+            yield s, d
+        if not second:
+            state["m"] = off
+        elif off != state["m"]:
+            raise ValueError(_REPLAY_ERROR)
+
+    csr = build_csr_chunked(topology, num_nodes, return_eid=True, **kw)
+    w = state["w"] if state["w"] is not None else np.empty(0, state["dtype"] or np.float64)
+    csr.weights = w[csr.eid]
+    return csr

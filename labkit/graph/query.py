@@ -3,10 +3,14 @@
     g.V("user").batch(512).shuffle().outV("u2i").sample(10).by("edge_weight") \\
      .outV("i2i").sample(5).by("random").values()
 
+    g.E("u2i").batch(512).shuffle().outV("i2i").sample(5).by("random").values()
+
 ``values()`` returns an iterable over one epoch of batches; each batch is a
 :class:`QueryResult` with one id array per step: the seeds (shape [b]), then each hop's
 neighbours (shape [previous size, k], padded with -1 where a vertex has fewer than k) and
 negatives from ``outNeg(...)``. Steps apply to the output of the previous step, as in GSL.
+An ``E()`` batch is b edges: sources and destinations (both shape [b]) then the steps, which
+walk on from the destinations; its ``edge_ids`` and ``weights`` give each edge's id and weight.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from labkit.core.errors import bad_value, check_range
 from labkit.graph.csr import CSR, build_csr, check_node_ids
 from labkit.graph.negative import negative_sample
 from labkit.graph.sampling import AliasTable, sample_neighbors, sample_weighted, topk_neighbors
-from labkit.graph.traverse import node_batches
+from labkit.graph.traverse import edge_batches, node_batches
 
 #: Strategies accepted by ``.by(...)`` after ``outV``/``inV``, and after ``outNeg``.
 HOP_STRATEGIES = ("random", "random_without_replacement", "edge_weight", "topk", "in_degree", "full")
@@ -37,6 +41,7 @@ class EdgeType:
     csc: CSR
     weights: np.ndarray | None  # aligned with csr positions
     _alias: dict = field(default_factory=dict)
+    _positions: np.ndarray | None = None  # inverse of csr.eid, built on first use
 
     def alias(self, kind: str, in_degree_of_dst: np.ndarray | None = None) -> AliasTable:
         """Return (building once) the alias tables for "edge_weight" or "in_degree" draws."""
@@ -50,6 +55,13 @@ class EdgeType:
                 w = in_degree_of_dst[self.csr.indices].astype(np.float64)
             self._alias[kind] = AliasTable.build(self.csr.indptr, w)
         return self._alias[kind]
+
+    def positions(self, edge_ids: np.ndarray) -> np.ndarray:
+        """Return the CSR positions of edges `edge_ids` (positions in the add_edges input)."""
+        if self._positions is None:
+            self._positions = np.empty(self.csr.num_edges, np.int64)
+            self._positions[self.csr.eid] = np.arange(self.csr.num_edges)
+        return self._positions[edge_ids]
 
 
 class Graph:
@@ -107,6 +119,10 @@ class Graph:
             raise bad_value("node_type", node_type, "one of " + ", ".join(self.node_types))
         return Query(self, node_type)
 
+    def E(self, edge_type: str) -> "Query":
+        """Start a query over the edges of `edge_type` (TRAVERSE); later steps start at their destinations."""
+        return Query(self, self.edge_type(edge_type).src_type, edge_type)
+
 
 @dataclass
 class _Step:
@@ -118,21 +134,30 @@ class _Step:
 
 @dataclass
 class QueryResult:
-    """One batch: ``ids[0]`` the seeds, then one array per step; ``types[i]`` the node type of ``ids[i]``."""
+    """One batch: ``ids[0]`` the seeds, then one array per step; ``types[i]`` the node type of ``ids[i]``.
+
+    From ``E()``: ``ids[0]``/``ids[1]`` the edges' sources/destinations, ``edge_ids`` their ids
+    (positions in the add_edges input) and ``weights`` their weights (None when unweighted).
+    """
 
     ids: list[np.ndarray]
     types: list[str]
     capped_negatives: int = 0
+    edge_ids: np.ndarray | None = None
+    weights: np.ndarray | None = None
 
     def __getitem__(self, i: int) -> np.ndarray:
         return self.ids[i]
 
 
 class Query:
-    """A chain of GSL steps; build with V().batch().shuffle().outV().sample().by()..., run with values()."""
+    """A chain of GSL steps; build with V().batch().shuffle().outV().sample().by()..., run with values().
 
-    def __init__(self, graph: Graph, node_type: str) -> None:
-        self.g, self.node_type = graph, node_type
+    `edge_type` set (by ``E()``): the query traverses those edges, `node_type` their source type.
+    """
+
+    def __init__(self, graph: Graph, node_type: str, edge_type: str | None = None) -> None:
+        self.g, self.node_type, self.edge_type = graph, node_type, edge_type
         self._batch, self._shuffle, self._seed, self._epoch = 64, False, 0, 0
         self.steps: list[_Step] = []
 
@@ -185,7 +210,7 @@ class Query:
         return self
 
     def _current_type(self) -> str:
-        t = self.node_type
+        t = self.node_type if self.edge_type is None else self.g.edge_types[self.edge_type].dst_type
         for s in self.steps:
             e = self.g.edge_types[s.edge_type]
             t = e.src_type if s.kind == "inV" else e.dst_type
@@ -196,15 +221,32 @@ class Query:
         return QueryRun(self, epoch)
 
     def run(self, seeds: np.ndarray, *, seed: int = 0, stream: int = 0) -> QueryResult:
-        """Run the steps on explicit `seeds` (1-d ids of the query's node type) and return their result."""
+        """Run the steps on explicit `seeds` (1-d node ids of the query's type; edge ids for E()); return the result."""
         g = self.g
         seeds = np.asarray(seeds)
         if seeds.ndim != 1:
-            raise bad_value("seeds", f"array of shape {seeds.shape}", f"a 1-d array of {self.node_type!r} node ids")
+            what = f"{self.node_type!r} node ids" if self.edge_type is None else f"{self.edge_type!r} edge ids"
+            raise bad_value("seeds", f"array of shape {seeds.shape}", f"a 1-d array of {what}")
+        if self.edge_type is not None:
+            e = g.edge_types[self.edge_type]
+            pos = e.positions(check_node_ids("seeds", seeds, e.csr.num_edges, "edge ids"))
+            src = np.searchsorted(e.csr.indptr, pos, side="right") - 1
+            return self._edges(src, e.csr.indices[pos].astype(np.int64), pos, seed, stream)
         cur = check_node_ids("seeds", seeds, g.node_types[self.node_type]).astype(np.int64, copy=False)
-        ids, types = [cur], [self.node_type]
+        return self._walk([cur], [self.node_type], seed, stream)
+
+    def _edges(self, src: np.ndarray, dst: np.ndarray, pos: np.ndarray, seed: int, stream: int) -> QueryResult:
+        """Run the steps from the destinations of the edges at CSR positions `pos`."""
+        e = self.g.edge_types[self.edge_type]
+        res = self._walk([src, dst], [e.src_type, e.dst_type], seed, stream)
+        res.edge_ids, res.weights = e.csr.eid[pos], None if e.weights is None else e.weights[pos]
+        return res
+
+    def _walk(self, ids: list[np.ndarray], types: list[str], seed: int, stream: int) -> QueryResult:
+        """Run the steps from ``ids[-1]`` (of type ``types[-1]``), appending each step's output."""
+        g = self.g
+        cur = ids[-1]
         capped = 0
-        t = self.node_type
         for h, s in enumerate(self.steps):
             e = g.edge_types[s.edge_type]
             flat = cur.reshape(-1)
@@ -255,14 +297,21 @@ class QueryRun:
 
     def __init__(self, q: Query, epoch: int) -> None:
         self.q, self.epoch = q, epoch
-        n = q.g.node_types[q.node_type]
-        self._it = enumerate(node_batches(np.arange(n), q._batch, shuffle=q._shuffle, seed=q._seed, epoch=epoch))
+        kw = dict(shuffle=q._shuffle, seed=q._seed, epoch=epoch)
+        if q.edge_type is None:
+            n = q.g.node_types[q.node_type]
+            self._it = enumerate(node_batches(np.arange(n), q._batch, **kw))
+        else:
+            self._it = enumerate(edge_batches(q.g.edge_types[q.edge_type].csr, q._batch, **kw))
 
     def __iter__(self):
         return self
 
     def __next__(self) -> QueryResult:
-        b, seeds = next(self._it)
-        return self.q.run(seeds, seed=self.q._seed, stream=self.epoch * 100003 + b)
+        b, batch = next(self._it)
+        stream = self.epoch * 100003 + b
+        if self.q.edge_type is None:
+            return self.q.run(batch, seed=self.q._seed, stream=stream)
+        return self.q._edges(*batch, seed=self.q._seed, stream=stream)
 
     next = __next__

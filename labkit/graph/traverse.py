@@ -24,7 +24,11 @@ def node_batches(ids: np.ndarray, batch_size: int, *, shuffle: bool = True, seed
 
 def edge_batches(csr: CSR, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,
                  drop_last: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Yield (src, dst, edge position) batches over all edges of `csr`, shuffled per epoch."""
+    """Yield (src, dst, edge position) batches over all edges of `csr`, shuffled per epoch.
+
+    Each edge comes once per epoch; its position p indexes ``csr.indices``, ``csr.eid`` and
+    ``csr.weights``. This is the edge TRAVERSE behind ``Graph.E()``.
+    """
     check_range("batch_size", batch_size, 1, integer=True)
     src_of = np.repeat(np.arange(csr.num_nodes, dtype=np.int64), csr.degree()) if csr.num_edges else \
         np.empty(0, np.int64)
