@@ -23,6 +23,57 @@ from labkit.recsys.data import JaggedBatch
 from labkit.recsys.tables import Table, column_offsets, init_table, plan_groups
 
 
+_INIT_BLOCK_BYTES = 8 << 20  # rows drawn at a time when a table is written into a slow-tier file
+
+
+def _file_backing(a: np.ndarray) -> tuple[str, int] | None:
+    """Return (file, byte offset of a[0] in it) if `a` is a C-contiguous view of a shared, writable np.memmap."""
+    base = a
+    while isinstance(base, np.ndarray) and not isinstance(base, np.memmap):
+        base = base.base
+    if not isinstance(base, np.memmap) or base.filename is None or base.mode not in ("r+", "w+") \
+            or not a.flags.c_contiguous:
+        return None
+    return base.filename, int(base.offset) + (a.ctypes.data - base.ctypes.data)
+
+
+def init_rows(w: np.ndarray, r0: int, table_index: int, table: Table, seed: int = 0) -> None:
+    """Write table `table_index`'s seeded initial rows into ``w[r0:r0 + cardinality]``.
+
+    Bit for bit :func:`~labkit.recsys.tables.init_table` (same generator, uniform draws, then
+    ``-0.5`` and ``*0.1`` in float32), with no table-sized temporary. Rows are drawn a block at a
+    time from that one generator, which gives the same stream as a single draw. When `w` is a
+    memory-mapped slow tier the blocks are written through its file rather than its mapping, so
+    initialising it makes no page of the table resident in this process.
+    """
+    n, dim = int(table.cardinality), int(table.dim)
+    if w.ndim != 2 or w.shape[1] != dim or w.dtype != np.float32 or not 0 <= r0 <= w.shape[0] - n:
+        raise bad_value("w", f"{w.dtype} array of shape {w.shape}",
+                        f"a float32 [rows >= {r0 + n}, {dim}] array for rows [{r0}, {r0 + n})")
+    rng = np.random.default_rng([seed, 2000 + table_index])  # init_table's stream
+    backing = _file_backing(w)
+    if backing is None:
+        rows = w[r0:r0 + n]
+        if not rows.flags.c_contiguous:
+            rows[...] = init_table(table_index, table, seed)
+            return
+        rng.random(dtype=np.float32, out=rows)
+        rows -= 0.5
+        rows *= 0.1
+        return
+    path, offset = backing
+    step = max(1, _INIT_BLOCK_BYTES // (4 * dim))
+    buf = np.empty((min(step, n), dim), np.float32)
+    with open(path, "r+b") as fh:
+        for a in range(0, n, step):
+            x = buf[:min(step, n - a)]
+            rng.random(dtype=np.float32, out=x)
+            x -= 0.5
+            x *= 0.1
+            fh.seek(offset + (r0 + a) * dim * 4)
+            fh.write(memoryview(x).cast("B"))
+
+
 def _state_dim(optimizer: str, dim: int) -> int:
     return {"sgd": 0, "adagrad": dim, "rowwise_adagrad": 1}[optimizer]
 
@@ -87,15 +138,15 @@ class PackedEmbeddings:
             sizes = [self.tables[i].cardinality for i in idx]
             row_off = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
             n = int(sum(sizes))
-            w = aligned_empty((n, t0.dim))
-            for i, r0 in zip(idx, row_off):
-                w[r0:r0 + self.tables[i].cardinality] = init_table(i, self.tables[i], seed)
             sd = _state_dim(optimizer, t0.dim)
-            state = np.zeros((n, sd) if sd else (1, 1), np.float32)
-            if slow_tier is not None:
-                w = slow_tier.array(f"group{gi}_weights", w)
-                if sd:
-                    state = slow_tier.array(f"group{gi}_state", state)
+            if slow_tier is None:
+                w = aligned_empty((n, t0.dim))
+                state = np.zeros((n, sd) if sd else (1, 1), np.float32)
+            else:  # files of zeros, filled below without passing through a full-size array in RAM
+                w = slow_tier.array(f"group{gi}_weights", (n, t0.dim))
+                state = slow_tier.array(f"group{gi}_state", (n, sd)) if sd else np.zeros((1, 1), np.float32)
+            for i, r0 in zip(idx, row_off):
+                init_rows(w, int(r0), i, self.tables[i], seed)
             self.groups.append(PackedGroup(
                 idx, t0.dim, t0.pooling == "mean", np.array([self.tables[i].feature for i in idx], np.int64),
                 row_off, cols[idx[0]], w, state, max(sizes)))
