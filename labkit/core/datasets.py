@@ -354,6 +354,8 @@ def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
     profile = check_profile(profile)
     if profile not in spec.profiles:
         raise bad_value("profile", profile, f"one of {', '.join(spec.profiles)} for dataset {name}")
+    if root and os.path.exists(root) and not os.path.isdir(root):
+        raise DatasetError(f"root={str(root)!r} is not accepted; it is a file, expected a folder (created if missing)")
     final = dataset_dir(name, profile, Path(root) if root else None)
     _sweep_leftovers(final)
     if final.exists() and not force:
@@ -366,8 +368,9 @@ def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{profile}.building-{os.getpid()}-", dir=final.parent))
     except OSError as exc:
-        raise DatasetError(f"cannot create a dataset under {final.parent} ({exc.strerror}); set LABKIT_DATA "
-                           "to a writable folder") from None
+        fix = f"pass root= a writable folder (root={str(root)!r})" if root else \
+            "set LABKIT_DATA to a writable folder"
+        raise DatasetError(f"cannot create a dataset under {final.parent} ({exc.strerror}); {fix}") from None
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; a built dataset is as shareable as any folder
     stages = StageBar(f"building {name}/{profile}", ("generating", "hashing", "committing"), progress)
     old: Path | None = None

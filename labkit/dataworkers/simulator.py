@@ -87,7 +87,8 @@ def synthetic_trace(n_jobs: int = 400, *, cluster: Cluster = Cluster(), load: fl
     """Return `n_jobs` jobs drawn from the distribution in the module docstring."""
     check_range("n_jobs", n_jobs, 1, integer=True)
     check_range("load", load, 0, lo_open=True)
-    rng = np.random.default_rng([seed, 6])
+    check_range("seed", seed, 0, 2**63 - 1, integer=True)
+    rng = np.random.default_rng([int(seed), 6])
     sizes = np.array([g for g, _ in GPU_SIZES])
     gpus = rng.choice(sizes, n_jobs, p=[p for _, p in GPU_SIZES])
     fams = list(FAMILIES)

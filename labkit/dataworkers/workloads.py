@@ -20,6 +20,11 @@ from torch.utils.data import Dataset, default_collate
 from labkit.core.errors import bad_value, check_range
 
 
+def check_seed(seed, arg: str = "seed") -> int:
+    """Return `seed` as an int if it is a whole number in [0, 2**63 - 1] (what numpy's generators take), else raise."""
+    return int(check_range(arg, seed, 0, 2**63 - 1, integer=True))
+
+
 @dataclass
 class Program:
     """One unmodified training job: Dataset -> collate_fn -> model -> loss_fn, with its batch size."""
@@ -35,6 +40,13 @@ class Program:
 
     def __post_init__(self) -> None:
         check_range("batch_size", self.batch_size, 1, integer=True)
+        check_seed(self.seed)
+        n = len(self.dataset) if hasattr(self.dataset, "__len__") else None
+        if n is not None and self.batch_size > n:
+            # batches() drops the last partial batch, so a batch larger than the data set gives none.
+            raise bad_value("batch_size", self.batch_size, f"at most {n}, the number of samples in the "
+                            f"{self.name} dataset (batches() drops the last partial batch, so a larger batch "
+                            "would give none)")
 
     def batches(self, epoch: int, limit: int | None = None) -> list[list[int]]:
         """Return the sample keys of each batch of `epoch` (seeded shuffle, last partial batch dropped)."""
@@ -75,7 +87,8 @@ class JpegDataset(Dataset):
 
     def __init__(self, jpegs_path: str, offsets: np.ndarray, labels: np.ndarray, crop: int = 64,
                  seed: int = 0) -> None:
-        check_range("crop", crop, 8, integer=True)
+        check_range("crop", crop, 8, 1024, integer=True)
+        check_seed(seed)
         self.jpegs_path, self.offsets, self.labels = str(jpegs_path), offsets, labels
         self.crop, self.seed = int(crop), int(seed)
         self._blob: np.ndarray | None = None
@@ -119,6 +132,9 @@ class ImageClassifier(nn.Module):
     """A small CNN whose forward starts with stateless work: HWC uint8 -> CHW float, normalise."""
 
     def __init__(self, classes: int = 10, width: int = 16) -> None:
+        check_range("classes", classes, 1, integer=True)
+        check_range("width", width, 1, 1024, integer=True)
+        classes, width = int(classes), int(width)
         super().__init__()
         # Plain tensor attributes (not buffers): constants, so the cut may move them to workers.
         self.mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1) * 255
@@ -142,6 +158,11 @@ def image_program(profile: str = "ci", *, crop: int = 64, batch_size: int = 32, 
     from labkit.core.datasets import open_dataset
     import labkit.dataworkers.datasets  # noqa: F401  (registers dw_jpeg)
 
+    # Checked before the data set is opened (or built): each is otherwise only used after that.
+    check_range("crop", crop, 8, 1024, integer=True)
+    check_range("batch_size", batch_size, 1, integer=True)
+    check_range("width", width, 1, 1024, integer=True)
+    seed = check_seed(seed)
     ds = open_dataset("dw_jpeg", profile, root=root)
     torch.manual_seed(seed)
     data = JpegDataset(ds.path("jpegs"), ds.array("offsets", mmap=False), ds.array("labels", mmap=False),
@@ -234,6 +255,8 @@ def ctr_program(profile: str = "ci", *, batch_size: int = 256, seed: int = 0,
     from labkit.core.datasets import open_dataset
     import labkit.dataworkers.datasets  # noqa: F401  (registers dw_ctr)
 
+    check_range("batch_size", batch_size, 1, integer=True)
+    seed = check_seed(seed)
     ds = open_dataset("dw_ctr", profile, root=root)
     torch.manual_seed(seed)
     tf = CtrFeatureTransform()

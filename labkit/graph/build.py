@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from labkit.core.errors import bad_value, check_range
-from labkit.graph.csr import CSR, build_csr_chunked, check_num_nodes
+from labkit.graph.csr import CSR, _too_big, build_csr_chunked, check_num_nodes
 
 Chunks = Callable[[], Iterator[tuple[np.ndarray, ...]]]  # (src, dst) chunks, or (src, dst, weights)
 
@@ -42,9 +42,9 @@ def csv_edge_chunks(path: str | Path, *, chunk_rows: int = 1 << 20, src: str = "
         row0 = 1
         fields = _csv_field_checks(path)
         checked, bad_line = 0, None
-        reader = pd.read_csv(path, usecols=cols, dtype=str, chunksize=chunk_rows, keep_default_na=False,
-                             index_col=False)
-        for df in reader:
+        reader = lambda: pd.read_csv(path, usecols=cols, dtype=str, chunksize=chunk_rows,  # noqa: E731
+                                     keep_default_na=False, index_col=False)
+        for df in _decoded(reader, path):
             while bad_line is None and checked < row0 - 1 + len(df):
                 checked, bad_line = next(fields, (float("inf"), None))
             errors = []  # (position in chunk, rank within the row, message): the first one is raised
@@ -158,9 +158,33 @@ def _existing_file(path: str | Path, kind: str) -> Path:
     return path
 
 
+def _not_utf8(path: Path, exc: UnicodeDecodeError) -> ValueError:
+    return bad_value("path", str(path), f"a UTF-8 CSV file with a header row ({path.name} is not a UTF-8 CSV: "
+                     f"byte {exc.object[exc.start:exc.start + 1]!r} does not decode)")
+
+
+def _decoded(open_reader: Callable[[], Iterator], path: Path):
+    """Yield the chunks of ``open_reader()``, turning a decode error in any block into one naming the file."""
+    try:
+        it = iter(open_reader())
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(path, exc) from None
+    while True:
+        try:
+            df = next(it)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(path, exc) from None
+        yield df
+
+
 def _checked_header(path: Path, cols: list[str], chunks: Chunks) -> Chunks:
-    with open(path) as fh:
-        header = [h.strip() for h in fh.readline().rstrip("\n").split(",")]
+    try:
+        with open(path, encoding="utf-8") as fh:
+            header = [h.strip() for h in fh.readline().rstrip("\n").split(",")]
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(path, exc) from None
     missing = [c for c in cols if c not in header]
     if missing:
         raise bad_value("columns", missing, f"columns present in {path.name}'s header {header}")
@@ -176,14 +200,12 @@ def parquet_edge_chunks(path: str | Path, *, batch_rows: int = 1 << 20, src: str
     weight that is null or not finite, raises ValueError naming the file and the row number
     (1 = first row), as csv_edge_chunks does.
     """
-    import pyarrow.parquet as pq
-
     path = _existing_file(path, "Parquet")
     check_range("batch_rows", batch_rows, 1, integer=True)
     if num_nodes is not None:
         num_nodes = check_num_nodes(num_nodes, 1)
     cols = _columns(src, dst, weight)
-    names = pq.ParquetFile(path).schema_arrow.names
+    names = _parquet_file(path).schema_arrow.names
     missing = [c for c in cols if c not in names]
     if missing:
         raise bad_value("columns", missing, f"columns present in {path.name}: {names}")
@@ -191,7 +213,8 @@ def parquet_edge_chunks(path: str | Path, *, batch_rows: int = 1 << 20, src: str
 
     def chunks():
         row0 = 1
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=cols):
+        for batch in _arrow_errors(path, lambda: _parquet_file(path).iter_batches(batch_size=batch_rows,
+                                                                                 columns=cols)):
             out = []
             for name in cols:
                 a = batch.column(name)
@@ -223,6 +246,40 @@ def parquet_edge_chunks(path: str | Path, *, batch_rows: int = 1 << 20, src: str
     return chunks
 
 
+def _not_parquet(path: Path, exc: Exception) -> ValueError:
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return bad_value("path", str(path), f"a readable Parquet file (pyarrow cannot read {path.name}: {msg})")
+
+
+def _parquet_file(path: Path):
+    """Open `path` with pyarrow, turning its errors on a non-Parquet or corrupt file into one naming the file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise _not_parquet(path, exc) from None
+
+
+def _arrow_errors(path: Path, open_batches: Callable[[], Iterator]):
+    """Yield the batches of ``open_batches()``, naming the file if pyarrow cannot read one."""
+    import pyarrow as pa
+
+    try:
+        it = iter(open_batches())
+    except pa.ArrowException as exc:
+        raise _not_parquet(path, exc) from None
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        except pa.ArrowException as exc:
+            raise _not_parquet(path, exc) from None
+        yield batch
+
+
 def count_nodes(chunks: Chunks) -> int:
     """Return max id + 1 over a chunk source (one extra pass, for files without a node count)."""
     top = -1
@@ -251,5 +308,12 @@ def build_from_file(path: str | Path, num_nodes: int | None = None, *, reverse: 
     if reverse:
         fwd = chunks
         chunks = lambda: ((c[1], c[0], *c[2:]) for c in fwd())  # noqa: E731
-    n = count_nodes(chunks) if num_nodes is None else num_nodes
+    if num_nodes is None:
+        n = count_nodes(chunks)
+        why = _too_big(n)
+        if why is not None:
+            raise ValueError(f"{path.name}: node id {n - 1} is not accepted; expected node ids a CSR can hold in "
+                             f"memory: that id implies {why} (relabel ids to 0..n-1)")
+    else:
+        n = num_nodes
     return build_csr_chunked(chunks, max(n, 1), weighted=weight is not None, **build_kw)

@@ -100,6 +100,56 @@ def _threads() -> int:
     return max(1, numba.get_num_threads())
 
 
+#: Below this many bytes of working arrays a build is not checked against the machine's memory.
+_CHECK_RAM_FROM = 1 << 30
+
+
+def build_bytes(num_nodes: int) -> int:
+    """Return the bytes the builder holds per node count: indptr, a write cursor and per-thread counts."""
+    return (_threads() + 2) * 8 * (int(num_nodes) + 1)
+
+
+def max_buildable_nodes() -> int:
+    """Return the largest node count whose build arrays (:func:`build_bytes`) fit in this machine's RAM."""
+    from labkit.core.machine import memory_bytes
+    return memory_bytes() // ((_threads() + 2) * 8) - 1
+
+
+def _too_big(num_nodes: int) -> str | None:
+    """Return why `num_nodes` cannot be built here (its arrays exceed physical RAM), or None.
+
+    Only the node count matters (edges are streamed); the rule refuses only builds that could not
+    finish on this machine, so any graph whose indptr and counts fit is let through.
+    """
+    need = build_bytes(num_nodes)
+    if need < _CHECK_RAM_FROM:
+        return None
+    from labkit.core.machine import memory_bytes
+    from labkit.core.memory import fmt_bytes
+    ram = memory_bytes()
+    if need <= ram:
+        return None
+    return (f"num_nodes={num_nodes} needs {fmt_bytes(need)} for indptr and {_threads()} threads' counts but this "
+            f"machine has {fmt_bytes(ram)} of RAM, so at most {max_buildable_nodes()} nodes")
+
+
+def check_buildable(num_nodes: int, arg: str = "num_nodes") -> int:
+    """Return `num_nodes` if a CSR of that many nodes can be built in this machine's RAM, else raise."""
+    why = _too_big(num_nodes)
+    if why is not None:
+        raise bad_value(arg, num_nodes, f"a node count whose CSR fits in memory: {why}")
+    return num_nodes
+
+
+def _check_implied(name: str, a: np.ndarray, offset: int, num_nodes: int) -> None:
+    """Raise naming the largest id of `a` if the node count it implies (max id + 1) cannot be built here."""
+    why = _too_big(num_nodes)
+    if why is not None:
+        pos = int(np.argmax(a))
+        raise ValueError(f"{name}[{offset + pos}]={int(a[pos])} is not accepted; expected node ids a CSR can "
+                         f"hold in memory: that id implies {why} (relabel ids to 0..n-1)")
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def _hist(src, dst, drop_self_loops, hist):
     """hist[t, v] = edges from v in thread t's slice of the chunk (no shared writes, no branches on t)."""
@@ -284,6 +334,8 @@ def _check_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int | None, offset
             pos = int(np.argmin(a))
             raise ValueError(f"{name}[{offset + pos}]={int(a[pos])} is not accepted; expected node ids >= 0")
     top = int(max(src.max(), dst.max())) + 1 if len(src) else 0
+    if num_nodes is None and len(src):
+        _check_implied(*(("src", src) if src.max() >= dst.max() else ("dst", dst)), offset, top)
     if num_nodes is not None and top > num_nodes:
         a, name = (src, "src") if len(src) and src.max() >= num_nodes else (dst, "dst")
         pos = int(np.argmax(a))
@@ -324,9 +376,11 @@ def build_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int | None = None, *,
     is kept); it implies `sort` (neighbour lists in ascending id order). Otherwise a row's
     neighbours keep input order. `return_eid` (implied by `weights`) records each stored edge's
     input position in ``eid``. Ids must lie in [0, num_nodes); num_nodes defaults to max id + 1.
+    A node count (given, or implied by the largest id) whose build arrays, (threads + 2) x 8 bytes
+    per node, exceed this machine's RAM is refused up front, naming the id or count.
     """
     if num_nodes is not None:
-        num_nodes = check_num_nodes(num_nodes)
+        num_nodes = check_buildable(check_num_nodes(num_nodes))
     src, dst = np.asarray(src), np.asarray(dst)
     top = _check_edges(src, dst, num_nodes)
     num_nodes = top if num_nodes is None else num_nodes
@@ -368,8 +422,9 @@ def build_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, ...]]], nu
     chunk plus the CSR is held. `progress(n_edges)` is called after each chunk of each pass.
     With `weighted`, chunks are (src, dst, weights) and the CSR gets ``weights`` (and ``eid``)
     exactly as ``build_csr(..., weights=)`` gives them; the stream's weights are then held too.
+    A chunk of another length is refused, and `num_nodes` must fit in RAM as for :func:`build_csr`.
     """
-    num_nodes = check_num_nodes(num_nodes, 1)
+    num_nodes = check_buildable(check_num_nodes(num_nodes, 1))
     if weighted:
         return _build_csr_chunked_weighted(chunks, num_nodes, drop_self_loops=drop_self_loops, dedup=dedup,
                                            sort=sort, progress=progress)
@@ -378,8 +433,8 @@ def build_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, ...]]], nu
     hist = np.zeros((nt, num_nodes), np.int64)
     indptr = np.zeros(num_nodes + 1, np.int64)
     off = 0
-    for s, d in chunks():
-        s, d = np.asarray(s), np.asarray(d)
+    for chunk in chunks():
+        s, d = _pair(chunk)
         _check_edges(s, d, num_nodes, off)
         hist[:] = 0
         _hist(s, d, drop_self_loops, hist)
@@ -392,8 +447,8 @@ def build_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, ...]]], nu
     eid = np.empty(len(indices) if return_eid else 0, np.int64)
     cursor = indptr[:-1].copy()
     off = 0
-    for s, d in chunks():
-        s, d = np.asarray(s), np.asarray(d)
+    for chunk in chunks():
+        s, d = _pair(chunk)
         hist[:] = 0
         _hist(s, d, drop_self_loops, hist)
         _hist_to_cursors(hist, cursor)
@@ -409,6 +464,16 @@ def build_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, ...]]], nu
     del cursor
     indptr, indices, eid = _finish(indptr, indices, eid if return_eid else None, num_nodes, sort, dedup, nt)
     return CSR(indptr, indices, eid)
+
+
+def _pair(chunk) -> tuple[np.ndarray, np.ndarray]:
+    """Return an unweighted chunk's (src, dst) arrays, refusing any other shape of chunk by name."""
+    n = len(chunk) if hasattr(chunk, "__len__") else None
+    if n != 2:
+        what = f"a chunk of {n} arrays" if n is not None else f"a chunk of type {type(chunk).__name__}"
+        hint = "; (src, dst, weights) chunks need weighted=True" if n == 3 else ""
+        raise bad_value("chunks", what, f"(src, dst) chunks{hint}")
+    return np.asarray(chunk[0]), np.asarray(chunk[1])
 
 
 _REPLAY_ERROR = "chunks() yielded different edges on its second pass; it must replay the same stream"

@@ -17,6 +17,7 @@ from labkit.graph.importance import CacheStats, NeighborCache, importance, plan_
 from labkit.graph.negative import negative_sample
 from labkit.graph.partition import partition
 from labkit.graph.rmat import RMatParams, rmat_edge_chunks, rmat_edges
+from labkit.graph.rng import check_seed
 from labkit.graph.sampling import AliasTable, sample_neighbors, sample_weighted, topk_neighbors
 from labkit.graph.store import PartitionedStore, StoreSampler
 from labkit.graph.train import SAGE, train_epoch
@@ -104,6 +105,7 @@ def cache_point(g: GraphData, threshold: float, *, k: int = 1, num_parts: int = 
     the sampling and cache kernels or torch's first backward; its counts are then reset.
     """
     check_range("threshold", threshold, 0.0)
+    seed = check_seed(seed)
     part = partition(g.csr, num_parts, "hash")
     cache = None
     if np.isfinite(threshold):
@@ -139,7 +141,7 @@ def _warm_up(g: GraphData, store, cache: NeighborCache | None, fanouts, seed: in
 def operator_throughput(csr: CSR, csc: CSR, *, batch: int = 1024, k: int = 10, repeats: int = 3,
                         seed: int = 0) -> list[dict]:
     """Return one row per sampling operator: sampled (or drawn) ids per second on `batch` random vertices."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     rows = rng.choice(csr.num_nodes, batch, replace=False)
     w = rng.random(csr.num_edges)
     table = AliasTable.build(csr.indptr, w)

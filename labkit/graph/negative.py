@@ -9,7 +9,7 @@ from numba import njit, prange
 
 from labkit.core.errors import check_choice, check_range
 from labkit.graph.csr import CSR, check_node_ids
-from labkit.graph.rng import GOLDEN, mix64, stream_key
+from labkit.graph.rng import GOLDEN, check_seed, mix64, stream_key
 
 STRATEGIES = ("random", "in_degree")
 
@@ -72,6 +72,7 @@ def negative_sample(csr: CSR, src, k: int, *, by: str = "random", reject_neighbo
     check_choice("by", by, STRATEGIES)
     check_range("k", k, 1, integer=True)
     check_range("max_retries", max_retries, 0, integer=True)
+    seed, stream = check_seed(seed), check_seed(stream, "stream")
     src = check_node_ids("src", np.asarray(src), csr.num_nodes).astype(np.int64)
     if num_dst is None:
         num_dst = csr.num_nodes
@@ -81,5 +82,5 @@ def negative_sample(csr: CSR, src, k: int, *, by: str = "random", reject_neighbo
         raise check_range("num_edges", 0, 1)
     reject = (by == "in_degree") if reject_neighbors is None else bool(reject_neighbors)
     dst, capped = _negatives(csr.indptr, csr.indices, src, k, by == "in_degree", reject, max_retries,
-                             int(num_dst), int(seed), int(stream))
+                             int(num_dst), seed, stream)
     return Negatives(np.repeat(src, k), dst, int(capped))

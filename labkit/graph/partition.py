@@ -14,6 +14,7 @@ from numba import njit
 
 from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.graph.csr import CSR
+from labkit.graph.rng import check_seed
 
 METHODS = ("hash", "ldg", "fennel")
 
@@ -102,6 +103,7 @@ def ldg_partition(csr: CSR, num_parts: int, *, csc: CSR | None = None, slack: fl
     """
     check_range("num_parts", num_parts, 1, integer=True)
     check_range("slack", slack, 1.0)
+    seed = check_seed(seed)
     csc = _check_csc(csr, csc)
     n = csr.num_nodes
     order = np.random.default_rng(seed).permutation(n)
@@ -121,6 +123,7 @@ def fennel_partition(csr: CSR, num_parts: int, *, csc: CSR | None = None, gamma:
     check_range("num_parts", num_parts, 1, integer=True)
     check_range("gamma", gamma, 1.0)
     check_range("slack", slack, 1.0)
+    seed = check_seed(seed)
     csc = _check_csc(csr, csc)
     n, m = csr.num_nodes, csr.num_edges
     alpha = np.sqrt(num_parts) * m / max(1.0, float(n)) ** gamma
@@ -163,6 +166,7 @@ def partition(csr: CSR, num_parts: int, method: str = "hash", *, csc: CSR | None
     """Return a Partitioning of `csr`'s vertices into `num_parts` by `method` ("hash", "ldg" or "fennel")."""
     check_choice("method", method, METHODS)
     num_parts = int(check_range("num_parts", num_parts, 1, integer=True))
+    seed = check_seed(seed)  # checked for "hash" too, which does not use it
     if method == "hash":
         owner = hash_partition(csr.num_nodes, num_parts)
     elif method == "ldg":

@@ -21,6 +21,7 @@ from torch_geometric.typing import EdgeTensorType
 
 from labkit.core.errors import bad_value, check_range
 from labkit.graph.csr import CSR, build_csr
+from labkit.graph.rng import check_seed
 from labkit.graph.sampling import NeighborSampler, check_fanout
 from labkit.graph.store import StoreSampler
 
@@ -102,7 +103,7 @@ class LabkitNeighborSampler(BaseSampler):
     """
 
     def __init__(self, graph, fanouts: list[int], *, replace: bool = False, seed: int = 0) -> None:
-        self.fanouts, self.replace, self.seed = list(fanouts), replace, seed
+        self.fanouts, self.replace, self.seed = list(fanouts), replace, check_seed(seed)
         if isinstance(graph, CSR):
             self.csc, self.store = graph, None
             self._sampler = NeighborSampler(graph.indptr, graph.indices, frontier="new")

@@ -22,6 +22,7 @@ import numpy as np
 from labkit.core.errors import bad_value, check_range
 from labkit.graph.csr import CSR, build_csr, check_node_ids
 from labkit.graph.negative import negative_sample
+from labkit.graph.rng import check_seed
 from labkit.graph.sampling import AliasTable, sample_neighbors, sample_weighted, topk_neighbors
 from labkit.graph.traverse import edge_batches, node_batches
 
@@ -73,8 +74,17 @@ class Graph:
         self.edge_types: dict[str, EdgeType] = {}
 
     def add_nodes(self, node_type: str, num_nodes: int, features: np.ndarray | None = None) -> "Graph":
-        """Declare `num_nodes` nodes of `node_type` (ids 0..num_nodes-1), with optional features."""
+        """Declare `num_nodes` nodes of `node_type` (ids 0..num_nodes-1), with optional features.
+
+        A type is declared once: edges are built against its node count, so declaring it again
+        is refused (build a new Graph to change it).
+        """
+        if node_type in self.node_types:
+            raise bad_value("node_type", node_type, f"a node type not declared yet ({node_type!r} already has "
+                            f"{self.node_types[node_type]} nodes; build a new Graph to change it)")
         check_range("num_nodes", num_nodes, 1, integer=True)
+        if features is not None and not hasattr(features, "__len__"):
+            raise bad_value("features", type(features).__name__, f"None or an array of {num_nodes} rows (one per node)")
         if features is not None and len(features) != num_nodes:
             raise bad_value("features", f"{len(features)} rows", f"{num_nodes} rows (one per node)")
         self.node_types[node_type] = int(num_nodes)
@@ -90,6 +100,9 @@ class Graph:
         ns, nd = self.node_types[src_type], self.node_types[dst_type]
         src, dst = np.asarray(src), np.asarray(dst)
         for arg, a, n in (("src", src, ns), ("dst", dst, nd)):
+            if a.ndim != 1 or (a.dtype.kind not in "iu" and a.size):
+                raise bad_value(arg, f"array of shape {a.shape} and dtype {a.dtype}",
+                                f"a 1-d integer array of {src_type if arg == 'src' else dst_type!r} node ids")
             if len(a) and (a.min() < 0 or a.max() >= n):
                 pos = int(np.flatnonzero((a < 0) | (a >= n))[0])
                 raise ValueError(f"{arg}[{pos}]={int(a[pos])} is not accepted; expected ids in [0, {n})")
@@ -106,6 +119,8 @@ class Graph:
 
     def in_degree(self, node_type: str) -> np.ndarray:
         """Return in-degrees of `node_type` nodes over all edge types ending there."""
+        if node_type not in self.node_types:
+            raise bad_value("node_type", node_type, "one of " + (", ".join(self.node_types) or "(none added)"))
         deg = np.zeros(max([self.node_types[node_type]] + [e.csc.num_nodes for e in self.edge_types.values()]),
                        np.int64)
         for e in self.edge_types.values():
@@ -167,7 +182,7 @@ class Query:
         return self
 
     def shuffle(self, seed: int = 0) -> "Query":
-        self._shuffle, self._seed = True, int(seed)
+        self._shuffle, self._seed = True, check_seed(seed)
         return self
 
     def _hop(self, kind: str, edge_type: str) -> "Query":
@@ -218,11 +233,12 @@ class Query:
 
     def values(self, epoch: int = 0) -> "QueryRun":
         """Return one epoch of this query's batches (iterate it, or call .next())."""
-        return QueryRun(self, epoch)
+        return QueryRun(self, check_seed(epoch, "epoch"))
 
     def run(self, seeds: np.ndarray, *, seed: int = 0, stream: int = 0) -> QueryResult:
         """Run the steps on explicit `seeds` (1-d node ids of the query's type; edge ids for E()); return the result."""
         g = self.g
+        seed, stream = check_seed(seed), check_seed(stream, "stream")
         seeds = np.asarray(seeds)
         if seeds.ndim != 1:
             what = f"{self.node_type!r} node ids" if self.edge_type is None else f"{self.edge_type!r} edge ids"

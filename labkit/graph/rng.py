@@ -10,6 +10,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from labkit.core.errors import check_range
+
+#: Seeds, epochs and streams are integers in [0, SEED_MAX] (what numpy's generators and the uint64 keys take).
+SEED_MAX = 2**63 - 1
+
+
+def check_seed(seed, arg: str = "seed") -> int:
+    """Return `seed` as an int if it is a whole number in [0, 2**63 - 1], else raise naming `arg`."""
+    return int(check_range(arg, seed, 0, SEED_MAX, integer=True))
+
+
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)

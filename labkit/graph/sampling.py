@@ -27,7 +27,7 @@ from numba import njit, prange
 
 from labkit.core.arrays import unique
 from labkit.core.errors import bad_value, check_range
-from labkit.graph.rng import GOLDEN, mix64, stream_key
+from labkit.graph.rng import GOLDEN, check_seed, mix64, stream_key
 
 FULL = -1  #: fanout meaning "all neighbours"
 
@@ -168,8 +168,9 @@ def sample_neighbors(indptr: np.ndarray, indices: np.ndarray, rows, fanout: int,
     seed (e.g. hops, batches).
     """
     fanout = check_fanout(fanout)
+    seed, stream = check_seed(seed), check_seed(stream, "stream")
     rows = _check_rows("rows", rows, len(indptr) - 1)
-    return _sample_hop(indptr, rows, fanout, bool(replace), int(seed), int(stream))
+    return _sample_hop(indptr, rows, fanout, bool(replace), seed, stream)
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,6 +265,7 @@ class NeighborSampler:
         if not isinstance(fanouts, (list, tuple)) or not fanouts:
             raise bad_value("fanouts", fanouts, "a non-empty list of positive ints (or -1 for all)")
         fanouts = [check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
+        seed, stream = check_seed(seed), check_seed(stream, "stream")
         if len(fanouts) > 1 and self._top >= self.num_rows:
             # A second hop would expand neighbours that have no row (a bipartite CSR, e.g. user -> item).
             raise bad_value("fanouts", fanouts, f"one hop for this CSR: its neighbour ids reach {self._top} but it "
@@ -410,8 +412,9 @@ def sample_weighted(indptr: np.ndarray, table: AliasTable, rows, fanout: int, *,
     if len(table.prob) != indptr[-1] or len(table.alias) != len(table.prob):
         raise bad_value("table", f"an AliasTable of {len(table.prob)} edges",
                         f"one built for this indptr ({int(indptr[-1])} edges; AliasTable.build(indptr, weights))")
+    seed, stream = check_seed(seed), check_seed(stream, "stream")
     rows = _check_rows("rows", rows, len(indptr) - 1)
-    return _sample_weighted(indptr, table.prob, table.alias, rows, fanout, int(seed), int(stream))
+    return _sample_weighted(indptr, table.prob, table.alias, rows, fanout, seed, stream)
 
 
 @njit(parallel=True, nogil=True, cache=True)

@@ -34,6 +34,7 @@ from labkit.graph.csr import CSR, check_node_ids
 from labkit.graph.importance import NeighborCache, gather_lists
 from labkit.graph.importance import _split as _split_hits
 from labkit.graph.partition import Partitioning
+from labkit.graph.rng import check_seed
 from labkit.graph.sampling import MultiHopSample, _relabel, _reset, _sample_hop, check_fanout
 
 BACKENDS = ("embedded", "dask")
@@ -344,6 +345,7 @@ class StoreSampler:
         if not isinstance(fanouts, (list, tuple)) or not fanouts:
             raise bad_value("fanouts", fanouts, "a non-empty list of positive ints (or -1 for all)")
         fanouts = [check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
+        seed, stream = check_seed(seed), check_seed(stream, "stream")
         seeds = check_node_ids("seeds", np.asarray(seeds), self.store.num_nodes).astype(np.int64)
         if len(unique(seeds)) != len(seeds):
             raise bad_value("seeds", "an array with repeated ids", "distinct seed ids")

@@ -6,15 +6,26 @@ from typing import Iterator
 
 import numpy as np
 
-from labkit.core.errors import check_range
+from labkit.core.errors import bad_value, check_range
 from labkit.graph.csr import CSR
+from labkit.graph.rng import check_seed
 
 
 def node_batches(ids: np.ndarray, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,
                  drop_last: bool = False) -> Iterator[np.ndarray]:
-    """Yield int64 batches of `ids`, reshuffled each epoch from (seed, epoch) when `shuffle`."""
+    """Yield int64 batches of `ids`, reshuffled each epoch from (seed, epoch) when `shuffle`.
+
+    The arguments are checked when it is called, before the first batch is asked for.
+    """
     check_range("batch_size", batch_size, 1, integer=True)
-    ids = np.asarray(ids, np.int64)
+    seed, epoch = check_seed(seed), check_seed(epoch, "epoch")
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or (len(ids) and ids.dtype.kind not in "iu"):
+        raise bad_value("ids", f"array of shape {ids.shape} and dtype {ids.dtype}", "a 1-d integer array of ids")
+    return _node_batches(ids.astype(np.int64, copy=False), int(batch_size), shuffle, seed, epoch, drop_last)
+
+
+def _node_batches(ids: np.ndarray, batch_size: int, shuffle: bool, seed: int, epoch: int, drop_last: bool):
     if shuffle:
         ids = ids[np.random.default_rng([seed, epoch]).permutation(len(ids))]
     stop = len(ids) - (len(ids) % batch_size if drop_last else 0)
@@ -27,11 +38,16 @@ def edge_batches(csr: CSR, batch_size: int, *, shuffle: bool = True, seed: int =
     """Yield (src, dst, edge position) batches over all edges of `csr`, shuffled per epoch.
 
     Each edge comes once per epoch; its position p indexes ``csr.indices``, ``csr.eid`` and
-    ``csr.weights``. This is the edge TRAVERSE behind ``Graph.E()``.
+    ``csr.weights``. This is the edge TRAVERSE behind ``Graph.E()``. The arguments are checked
+    when it is called.
     """
-    check_range("batch_size", batch_size, 1, integer=True)
+    batches = node_batches(np.arange(csr.num_edges), batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
+                           drop_last=drop_last)
+    return _edge_batches(csr, batches)
+
+
+def _edge_batches(csr: CSR, batches):
     src_of = np.repeat(np.arange(csr.num_nodes, dtype=np.int64), csr.degree()) if csr.num_edges else \
         np.empty(0, np.int64)
-    for pos in node_batches(np.arange(csr.num_edges), batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
-                            drop_last=drop_last):
+    for pos in batches:
         yield src_of[pos], csr.indices[pos].astype(np.int64), pos

@@ -57,7 +57,11 @@ def control_panel(pool: Any, autoscaler: Any | None = None, *, max_cpus: int = 8
     import ipywidgets as W
     import plotly.graph_objects as go
 
+    from labkit.core.errors import check_range
     from labkit.ui import slider_plot
+
+    check_range("max_cpus", max_cpus, 1, integer=True)
+    max_cpus = int(max_cpus)
 
     actions: list[str] = []
     fig = go.FigureWidget(go.Bar(x=[], y=[], name="batches per worker"))
@@ -237,6 +241,7 @@ def simulator_explorer(n_jobs: int = 120, *, load: float = 0.4, cpu_servers: int
     check_range("n_jobs", n_jobs, 1, integer=True)
     check_range("load", load, 0.2, 0.8)
     check_range("cpu_servers", cpu_servers, 0, 8, integer=True)
+    check_range("seed", seed, 0, 2**63 - 1, integer=True)
     detail = go.FigureWidget()  # simulator_plots' figure, redrawn by every run
 
     def redraw(fig: Any, v: dict) -> dict:

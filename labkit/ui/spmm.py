@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from labkit.core.errors import bad_value
+from labkit.core.errors import bad_value, check_range
 from labkit.spmm import lab
 from labkit.spmm.tiled_csl import TiledCSL
 
@@ -121,6 +121,9 @@ def n_explorer(shape: tuple[int, int], sparsity: float = 0.8, max_log2_n: int = 
 
     from labkit.ui.widgets import slider_plot
 
+    # The slider runs over N = 1 .. 2**max_log2_n, and compare_once times N up to 64.
+    check_range("max_log2_n", max_log2_n, 0, 6, integer=True)
+    max_log2_n = int(max_log2_n)
     w, enc = lab.sparse_case(shape, sparsity, seed=seed)
     fig = go.FigureWidget(layout=dict(height=340, xaxis=dict(title="N (batch)", type="log"),
                                       yaxis=dict(title="speedup over dense bf16"),

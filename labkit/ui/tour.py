@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+import math
+
 from labkit import tour
+from labkit.core.errors import check_range
+from labkit.core.machine import memory_bytes
 
 
 def gather_explorer(max_log2_rows: int = 22, dim: int = 16, repeats: int = 3):
     """Return ``(view, fig, state)``: a rows slider driving a live bench of random vs sorted gathers.
 
     Each move gathers a quarter of the table's rows, once in random and once in sorted id order.
+    The slider runs from 2**13 rows to 2**max_log2_rows, which must be at least 13 and give a
+    table (rows x dim float32) that fits in this machine's RAM.
     """
     import ipywidgets as W
     import plotly.graph_objects as go
 
     from labkit.ui.widgets import slider_plot
 
+    check_range("dim", dim, 1, 4096, integer=True)
+    check_range("repeats", repeats, 1, integer=True)
+    dim, repeats = int(dim), int(repeats)
+    # The slider's top must be a table (2**v rows x dim float32) this machine can hold.
+    top = max(13, int(math.log2(max(1, memory_bytes() // (4 * dim)))))
+    check_range("max_log2_rows", max_log2_rows, 13, top, integer=True)
+    max_log2_rows = int(max_log2_rows)
     fig = go.FigureWidget(layout=dict(title="gather throughput (GB/s)", yaxis_title="GB/s",
                                       xaxis_title="id order", height=320))
     fig.add_bar(x=["random order", "sorted order"], y=[0, 0])

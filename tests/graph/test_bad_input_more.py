@@ -1,0 +1,195 @@
+"""More bad input to the graph API: absurd ids, unreadable files, wrong chunks, seeds, typed-graph misuse."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from labkit.core.machine import memory_bytes
+from labkit.graph.build import build_from_file, csv_edge_chunks, parquet_edge_chunks
+from labkit.graph.csr import build_bytes, build_csr, build_csr_chunked, max_buildable_nodes
+from labkit.graph.negative import negative_sample
+from labkit.graph.partition import fennel_partition, ldg_partition, partition
+from labkit.graph.query import Graph
+from labkit.graph.sampling import AliasTable, NeighborSampler, sample_multihop, sample_neighbors, sample_weighted
+from labkit.graph.traverse import edge_batches, node_batches
+
+SRC, DST = np.array([0, 1, 2, 3]), np.array([1, 2, 3, 0])
+
+
+@pytest.fixture(scope="module")
+def ring():
+    return build_csr(SRC, DST)
+
+
+# ---- ids that imply an absurd node count --------------------------------------------------------------
+
+def test_an_id_too_large_for_memory_is_refused_by_name_not_by_a_memory_error():
+    big = 2**44
+    with pytest.raises(ValueError, match=rf"dst\[1\]={big} is not accepted; expected node ids a CSR can hold "
+                                         rf"in memory: that id implies num_nodes={big + 1} needs .* of RAM, so at most "
+                                         rf"{max_buildable_nodes()} nodes"):
+        build_csr(np.array([0, 1]), np.array([1, big]))
+    with pytest.raises(ValueError, match=r"src\[0\]=9223372036854775808 is not accepted; expected node ids a CSR"):
+        build_csr(np.array([2**63], np.uint64), np.array([0], np.uint64))
+    with pytest.raises(ValueError, match=rf"num_nodes={big} is not accepted; expected a node count whose CSR fits "
+                                         r"in memory"):
+        build_csr(SRC, DST, big)
+    with pytest.raises(ValueError, match=rf"num_nodes={big} is not accepted"):
+        build_csr_chunked(lambda: iter([(SRC, DST)]), big)
+
+
+def test_the_memory_rule_only_refuses_what_cannot_fit():
+    n = max_buildable_nodes()
+    assert build_bytes(n) <= memory_bytes() < build_bytes(n + 1)
+    # A large id that fits is built as before (and its arrays really are small enough).
+    g = build_csr(np.array([0]), np.array([1 << 20]))
+    assert g.num_nodes == (1 << 20) + 1 and g.num_edges == 1
+
+
+@pytest.mark.parametrize("suffix", ["csv", "parquet"])
+def test_a_file_whose_id_implies_an_absurd_node_count_names_the_file_and_id(tmp_path, suffix):
+    df = pd.DataFrame({"src": [0, 1], "dst": [1, 99_999_999_999]})
+    path = tmp_path / f"bigid.{suffix}"
+    df.to_csv(path, index=False) if suffix == "csv" else df.to_parquet(path)
+    with pytest.raises(ValueError, match=r"bigid\.\w+: node id 99999999999 is not accepted; .*implies "
+                                         r"num_nodes=100000000000 needs .* of RAM"):
+        build_from_file(path)
+
+
+# ---- unreadable files -----------------------------------------------------------------------------------
+
+def test_a_binary_csv_is_named_as_not_utf8(tmp_path):
+    path = tmp_path / "bin.csv"
+    path.write_bytes(b"\xff\xfe\x00garbage\x00\n\x01\x02")
+    with pytest.raises(ValueError, match=r"path='.*bin\.csv' is not accepted; expected a UTF-8 CSV .*bin\.csv is "
+                                         r"not a UTF-8 CSV"):
+        build_from_file(path)
+
+
+def test_a_csv_that_turns_binary_after_its_header_is_named_too(tmp_path):
+    path = tmp_path / "late.csv"
+    path.write_bytes(b"src,dst\n0,1\n" + b"1,\xff\xfe\n" * 10)
+    with pytest.raises(ValueError, match=r"late\.csv is not a UTF-8 CSV"):
+        list(csv_edge_chunks(path)())
+
+
+def test_a_non_parquet_file_is_named(tmp_path):
+    path = tmp_path / "fake.parquet"
+    path.write_bytes(b"hello")
+    with pytest.raises(ValueError, match=r"path='.*fake\.parquet' is not accepted; expected a readable Parquet "
+                                         r"file \(pyarrow cannot read fake\.parquet: .*\)"):
+        build_from_file(path)
+    with pytest.raises(ValueError, match=r"fake\.parquet"):
+        parquet_edge_chunks(path)
+
+
+# ---- chunks of the wrong shape ----------------------------------------------------------------------------
+
+def test_weighted_chunks_without_weighted_say_so():
+    chunks = lambda: iter([(SRC, DST, np.ones(4))])  # noqa: E731
+    with pytest.raises(ValueError, match=r"chunks='a chunk of 3 arrays' is not accepted; expected \(src, dst\) "
+                                         r"chunks; \(src, dst, weights\) chunks need weighted=True"):
+        build_csr_chunked(chunks, 4)
+    assert build_csr_chunked(chunks, 4, weighted=True).weights.tolist() == [1.0] * 4
+    with pytest.raises(ValueError, match=r"chunks='a chunk of type int' is not accepted"):
+        build_csr_chunked(lambda: iter([5]), 4)
+    # A (2, m) array is still a (src, dst) pair.
+    assert build_csr_chunked(lambda: iter([np.stack([SRC, DST])]), 4).num_edges == 4
+
+
+# ---- seeds ---------------------------------------------------------------------------------------------
+
+BAD_SEEDS = [(-1, r"-1"), (1.5, r"1\.5"), ("a", r"'a'")]
+
+
+@pytest.mark.parametrize("seed,shown", BAD_SEEDS)
+def test_every_public_graph_function_names_a_bad_seed(ring, seed, shown):
+    msg = rf"seed={shown} is not accepted; expected an integer in \[0, 9223372036854775807\]"
+    calls = [
+        lambda: node_batches(np.arange(4), 2, seed=seed),  # refused when called, not at the first batch
+        lambda: edge_batches(ring, 2, seed=seed),
+        lambda: ldg_partition(ring, 2, seed=seed),
+        lambda: fennel_partition(ring, 2, seed=seed),
+        lambda: partition(ring, 2, "hash", seed=seed),
+        lambda: sample_neighbors(ring.indptr, ring.indices, [0], 2, seed=seed),
+        lambda: sample_multihop(ring.indptr, ring.indices, [0], [2], seed=seed),
+        lambda: NeighborSampler(ring.indptr, ring.indices).sample([0], [2], seed=seed),
+        lambda: sample_weighted(ring.indptr, AliasTable.build(ring.indptr, np.ones(4)), [0], 2, seed=seed),
+        lambda: negative_sample(ring, [0], 2, seed=seed),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=msg):
+            call()
+
+
+def test_epochs_and_streams_are_checked_like_seeds(ring):
+    with pytest.raises(ValueError, match=r"epoch=-1 is not accepted"):
+        node_batches(np.arange(4), 2, epoch=-1)
+    with pytest.raises(ValueError, match=r"stream=-2 is not accepted"):
+        sample_neighbors(ring.indptr, ring.indices, [0], 2, stream=-2)
+    with pytest.raises(ValueError, match=r"stream=-2 is not accepted"):
+        negative_sample(ring, [0], 2, stream=-2)
+
+
+def test_good_seeds_still_work_including_numpy_ints_and_whole_floats(ring):
+    a = np.concatenate(list(node_batches(np.arange(10), 3, seed=np.int64(5), epoch=2.0)))
+    b = np.concatenate(list(node_batches(np.arange(10), 3, seed=5, epoch=2)))
+    assert a.tolist() == b.tolist() and sorted(a.tolist()) == list(range(10))
+    assert ldg_partition(ring, 2, seed=np.uint32(3)).tolist() == ldg_partition(ring, 2, seed=3).tolist()
+
+
+def test_node_batches_refuses_float_ids_instead_of_truncating_them():
+    with pytest.raises(ValueError, match=r"ids='array of shape \(2,\) and dtype float64' is not accepted; "
+                                         r"expected a 1-d integer array of ids"):
+        node_batches(np.array([0.5, 1.7]), 1, shuffle=False)
+    assert list(node_batches([], 2)) == []
+
+
+# ---- the typed-graph query API -------------------------------------------------------------------------
+
+@pytest.fixture
+def typed():
+    g = Graph().add_nodes("user", 10).add_nodes("item", 5)
+    g.add_edges("u2i", "user", "item", np.arange(10), np.arange(10) % 5)
+    return g
+
+
+def test_add_edges_refuses_non_integer_ids_by_name(typed):
+    with pytest.raises(ValueError, match=r"src='array of shape \(1,\) and dtype <U1' is not accepted; expected a 1-d "
+                                         r"integer array of 'user' node ids"):
+        typed.add_edges("e", "user", "item", ["0"], ["1"])
+    with pytest.raises(ValueError, match=r"dst='array of shape \(1,\) and dtype float64' .*'item' node ids"):
+        typed.add_edges("e", "user", "item", [0], [1.0])
+    with pytest.raises(ValueError, match=r"src='array of shape \(1, 2\) and dtype int64'"):
+        typed.add_edges("e", "user", "item", [[0, 1]], [[1, 2]])
+    assert "e" not in typed.edge_types
+
+
+def test_in_degree_names_an_unknown_type(typed):
+    with pytest.raises(ValueError, match=r"node_type='x' is not accepted; expected one of user, item"):
+        typed.in_degree("x")
+    assert typed.in_degree("item").sum() == 10
+
+
+def test_add_nodes_refuses_to_redeclare_a_type(typed):
+    with pytest.raises(ValueError, match=r"node_type='user' is not accepted; expected a node type not declared yet "
+                                         r"\('user' already has 10 nodes; build a new Graph to change it\)"):
+        typed.add_nodes("user", 3)
+    assert typed.node_types["user"] == 10
+    with pytest.raises(ValueError, match=r"features='int' is not accepted"):
+        Graph().add_nodes("u", 5, 3)
+
+
+def test_query_shuffle_and_epoch_name_bad_values(typed):
+    with pytest.raises(ValueError, match=r"seed=-1 is not accepted"):
+        typed.V("user").shuffle(-1)
+    with pytest.raises(ValueError, match=r"seed=1\.7 is not accepted"):
+        typed.V("user").shuffle(1.7)
+    with pytest.raises(ValueError, match=r"epoch=-1 is not accepted"):
+        typed.V("user").shuffle().values(epoch=-1)
+    with pytest.raises(ValueError, match=r"epoch='x' is not accepted"):
+        typed.E("u2i").values(epoch="x")
+    with pytest.raises(ValueError, match=r"seed=-1 is not accepted"):
+        typed.V("user").outV("u2i").run(np.array([1]), seed=-1)
+    res = typed.V("user").shuffle(3).batch(4).outV("u2i").sample(2).values(epoch=1).next()
+    assert res[1].shape == (4, 2)
