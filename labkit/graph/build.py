@@ -163,20 +163,26 @@ def _not_utf8(path: Path, exc: UnicodeDecodeError) -> ValueError:
                      f"byte {exc.object[exc.start:exc.start + 1]!r} does not decode)")
 
 
-def _decoded(open_reader: Callable[[], Iterator], path: Path):
-    """Yield the chunks of ``open_reader()``, turning a decode error in any block into one naming the file."""
+def _named_errors(open_items: Callable[[], Iterator], errors, name_error: Callable[[Exception], ValueError]):
+    """Yield the items of ``open_items()``; an error of type `errors`, raised opening it or at any item,
+    becomes ``name_error(exc)`` (an error that names the file)."""
     try:
-        it = iter(open_reader())
-    except UnicodeDecodeError as exc:
-        raise _not_utf8(path, exc) from None
+        it = iter(open_items())
+    except errors as exc:
+        raise name_error(exc) from None
     while True:
         try:
-            df = next(it)
+            item = next(it)
         except StopIteration:
             return
-        except UnicodeDecodeError as exc:
-            raise _not_utf8(path, exc) from None
-        yield df
+        except errors as exc:
+            raise name_error(exc) from None
+        yield item
+
+
+def _decoded(open_reader: Callable[[], Iterator], path: Path):
+    """Yield the chunks of ``open_reader()``, turning a decode error in any block into one naming the file."""
+    return _named_errors(open_reader, UnicodeDecodeError, lambda exc: _not_utf8(path, exc))
 
 
 def _checked_header(path: Path, cols: list[str], chunks: Chunks) -> Chunks:
@@ -266,18 +272,7 @@ def _arrow_errors(path: Path, open_batches: Callable[[], Iterator]):
     """Yield the batches of ``open_batches()``, naming the file if pyarrow cannot read one."""
     import pyarrow as pa
 
-    try:
-        it = iter(open_batches())
-    except pa.ArrowException as exc:
-        raise _not_parquet(path, exc) from None
-    while True:
-        try:
-            batch = next(it)
-        except StopIteration:
-            return
-        except pa.ArrowException as exc:
-            raise _not_parquet(path, exc) from None
-        yield batch
+    return _named_errors(open_batches, pa.ArrowException, lambda exc: _not_parquet(path, exc))
 
 
 def count_nodes(chunks: Chunks) -> int:

@@ -9,21 +9,18 @@ import torch
 from labkit.graph.csr import build_csr
 from labkit.graph.partition import partition
 from labkit.graph.pyg import LabkitNeighborSampler, train_sage_nodeloader
-from labkit.graph.rmat import RMatParams, rmat_edges, rmat_features, rmat_labels
 from labkit.graph.store import LocalStore, PartitionedStore
 from torch_geometric.sampler import NodeSamplerInput
 
-P = RMatParams(scale=11, seed=1, split_roles=True)
+from tests.graph.conftest import P
 
 
 @pytest.fixture(scope="module")
-def g():
-    s, d = rmat_edges(P)
-    csr = build_csr(s, d, P.num_nodes, dedup=True, drop_self_loops=True)
-    labels = rmat_labels(P)
-    csc = csr.reverse()
-    return SimpleNamespace(csr=csr, csc=csc, labels=labels, features=rmat_features(P, 16, 1.0, labels),
-                           num_classes=16, train=np.arange(0, P.num_nodes, 2), test=np.arange(1, P.num_nodes, 2))
+def data(g):
+    """conftest's graph with its splits, as train_sage_nodeloader takes it."""
+    csr, csc, labels, x = g
+    return SimpleNamespace(csr=csr, csc=csc, labels=labels, features=x, num_classes=16,
+                           train=np.arange(0, P.num_nodes, 2), test=np.arange(1, P.num_nodes, 2))
 
 
 def _edges(out):
@@ -32,16 +29,16 @@ def _edges(out):
     return sorted(zip(n[out.row.numpy()].tolist(), n[out.col.numpy()].tolist()))
 
 
-def test_store_sampler_draws_what_the_csc_sampler_draws(g):
+def test_store_sampler_draws_what_the_csc_sampler_draws(data):
     seeds = NodeSamplerInput(input_id=None, node=torch.arange(0, 400, 3))
-    a = LabkitNeighborSampler(g.csc, [5, 3], seed=7).sample_from_nodes(seeds)
-    for store in (LocalStore(g.csc), PartitionedStore(g.csc, partition(g.csc, 3, "hash"))):
+    a = LabkitNeighborSampler(data.csc, [5, 3], seed=7).sample_from_nodes(seeds)
+    for store in (LocalStore(data.csc), PartitionedStore(data.csc, partition(data.csc, 3, "hash"))):
         b = LabkitNeighborSampler(store, [5, 3], seed=7).sample_from_nodes(seeds)
         assert b.node.tolist() == a.node.tolist() and _edges(b) == _edges(a)
         assert b.num_sampled_nodes == a.num_sampled_nodes and (b.edge == -1).all()  # no global edge ids
     # every sampled edge is a real in-edge: source is an in-neighbour of its target
     for src, dst in _edges(a):
-        assert src in set(g.csc.neighbors(dst).tolist())
+        assert src in set(data.csc.neighbors(dst).tolist())
 
 
 def test_bad_graph_is_named():
@@ -49,25 +46,25 @@ def test_bad_graph_is_named():
         LabkitNeighborSampler(np.zeros(3), [2])
 
 
-def test_train_sage_through_a_partitioned_store_and_refuses_a_mismatched_one(g):
-    store = PartitionedStore(g.csc, partition(g.csc, 4, "hash"), g.features)
-    run = train_sage_nodeloader(g, 2, fanouts=[10, 5], batch_size=256, hidden=32, lr=0.02, store=store)
+def test_train_sage_through_a_partitioned_store_and_refuses_a_mismatched_one(data):
+    store = PartitionedStore(data.csc, partition(data.csc, 4, "hash"), data.features)
+    run = train_sage_nodeloader(data, 2, fanouts=[10, 5], batch_size=256, hidden=32, lr=0.02, store=store)
     assert run.accuracy > 0.6  # 16 balanced classes: chance is 0.0625
     assert store.stats.remote_calls > 0  # neighbour lists and features came through the partitions
     small = LocalStore(build_csr(np.array([0]), np.array([1]), 2))
     with pytest.raises(ValueError, match=r"store='LocalStore' is not accepted; expected None or a labkit store"):
-        train_sage_nodeloader(g, 1, store=small)
+        train_sage_nodeloader(data, 1, store=small)
 
 
 @pytest.mark.dask
 @pytest.mark.slow
-def test_node_loader_samples_across_dask_worker_processes(g):
+def test_node_loader_samples_across_dask_worker_processes(data):
     from labkit.graph.store import close_cluster, local_cluster
     client = local_cluster(2)
     try:
-        store = PartitionedStore(g.csc, partition(g.csc, 2, "hash"), g.features, backend="dask", client=client)
+        store = PartitionedStore(data.csc, partition(data.csc, 2, "hash"), data.features, backend="dask", client=client)
         seeds = NodeSamplerInput(input_id=None, node=torch.arange(0, 300, 2))
-        a = LabkitNeighborSampler(g.csc, [5, 3], seed=3).sample_from_nodes(seeds)
+        a = LabkitNeighborSampler(data.csc, [5, 3], seed=3).sample_from_nodes(seeds)
         b = LabkitNeighborSampler(store, [5, 3], seed=3).sample_from_nodes(seeds)
         assert b.node.tolist() == a.node.tolist() and _edges(b) == _edges(a)
         assert store.stats.remote_calls > 0 and store.stats.remote_bytes > 0

@@ -12,19 +12,11 @@ from labkit.graph.importance import NeighborCache, importance, khop_degrees, pla
 from labkit.graph.negative import negative_sample
 from labkit.graph.partition import partition, partition_quality
 from labkit.graph.query import Graph
-from labkit.graph.rmat import RMatParams, rmat_edges, rmat_features, rmat_labels
+from labkit.graph.rmat import RMatParams, rmat_edges
 from labkit.graph.store import LocalStore, PartitionedStore, StoreError, StoreSampler
 from labkit.graph.traverse import edge_batches, node_batches
 
-P = RMatParams(scale=11, seed=1, split_roles=True)
-
-
-@pytest.fixture(scope="module")
-def g():
-    s, d = rmat_edges(P)
-    csr = build_csr(s, d, P.num_nodes, dedup=True, drop_self_loops=True)
-    labels = rmat_labels(P)
-    return csr, csr.reverse(), labels, rmat_features(P, 16, 1.0, labels)
+from tests.graph.conftest import P  # the fixture `g` comes from conftest.py
 
 
 def test_partitioners_report_cut_and_balance(g):
