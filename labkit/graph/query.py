@@ -31,6 +31,10 @@ HOP_STRATEGIES = ("random", "random_without_replacement", "edge_weight", "topk",
 NEG_STRATEGIES = ("random", "in_degree")
 
 
+#: Streams an epoch of a query spans (batch b of epoch e draws stream e * _EPOCH_STREAMS + b).
+_EPOCH_STREAMS = 100003
+
+
 @dataclass
 class EdgeType:
     """One edge type: its endpoint node types, out-edge CSR, in-edge CSC and per-edge weights."""
@@ -233,12 +237,12 @@ class Query:
 
     def values(self, epoch: int = 0) -> "QueryRun":
         """Return one epoch of this query's batches (iterate it, or call .next())."""
-        return QueryRun(self, check_seed(epoch, "epoch"))
+        return QueryRun(self, check_seed(epoch, "epoch", per=_EPOCH_STREAMS * 64))
 
     def run(self, seeds: np.ndarray, *, seed: int = 0, stream: int = 0) -> QueryResult:
         """Run the steps on explicit `seeds` (1-d node ids of the query's type; edge ids for E()); return the result."""
         g = self.g
-        seed, stream = check_seed(seed), check_seed(stream, "stream")
+        seed, stream = check_seed(seed), check_seed(stream, "stream", per=64)  # step h draws stream * 64 + h
         seeds = np.asarray(seeds)
         if seeds.ndim != 1:
             what = f"{self.node_type!r} node ids" if self.edge_type is None else f"{self.edge_type!r} edge ids"
@@ -325,7 +329,7 @@ class QueryRun:
 
     def __next__(self) -> QueryResult:
         b, batch = next(self._it)
-        stream = self.epoch * 100003 + b
+        stream = self.epoch * _EPOCH_STREAMS + b
         if self.q.edge_type is None:
             return self.q.run(batch, seed=self.q._seed, stream=stream)
         return self.q._edges(*batch, seed=self.q._seed, stream=stream)

@@ -16,9 +16,13 @@ from labkit.core.errors import check_range
 SEED_MAX = 2**63 - 1
 
 
-def check_seed(seed, arg: str = "seed") -> int:
-    """Return `seed` as an int if it is a whole number in [0, 2**63 - 1], else raise naming `arg`."""
-    return int(check_range(arg, seed, 0, SEED_MAX, integer=True))
+def check_seed(seed, arg: str = "seed", *, per: int = 1) -> int:
+    """Return `seed` as an int if it is a whole number in [0, 2**63 - 1], else raise naming `arg`.
+
+    With `per` > 1 the caller derives `per` streams from it (``seed * per + k``), so it must stay at
+    or below ``SEED_MAX // per - 1`` for those to fit the kernels' 64-bit keys.
+    """
+    return int(check_range(arg, seed, 0, SEED_MAX if per == 1 else SEED_MAX // per - 1, integer=True))
 
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)

@@ -265,7 +265,7 @@ class NeighborSampler:
         if not isinstance(fanouts, (list, tuple)) or not fanouts:
             raise bad_value("fanouts", fanouts, "a non-empty list of positive ints (or -1 for all)")
         fanouts = [check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
-        seed, stream = check_seed(seed), check_seed(stream, "stream")
+        seed, stream = check_seed(seed), check_seed(stream, "stream", per=64)  # hop h draws stream * 64 + h
         if len(fanouts) > 1 and self._top >= self.num_rows:
             # A second hop would expand neighbours that have no row (a bipartite CSR, e.g. user -> item).
             raise bad_value("fanouts", fanouts, f"one hop for this CSR: its neighbour ids reach {self._top} but it "

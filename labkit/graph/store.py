@@ -345,7 +345,7 @@ class StoreSampler:
         if not isinstance(fanouts, (list, tuple)) or not fanouts:
             raise bad_value("fanouts", fanouts, "a non-empty list of positive ints (or -1 for all)")
         fanouts = [check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
-        seed, stream = check_seed(seed), check_seed(stream, "stream")
+        seed, stream = check_seed(seed), check_seed(stream, "stream", per=64)  # hop h draws stream * 64 + h
         seeds = check_node_ids("seeds", np.asarray(seeds), self.store.num_nodes).astype(np.int64)
         if len(unique(seeds)) != len(seeds):
             raise bad_value("seeds", "an array with repeated ids", "distinct seed ids")

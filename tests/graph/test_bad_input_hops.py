@@ -29,3 +29,18 @@ def test_partition_quality_refuses_owners_outside_the_parts_and_takes_whole_floa
     assert partition(csr, 2.0).num_parts == 2 == partition(csr, np.int64(2)).num_parts
     with pytest.raises(ValueError, match=r"num_parts=2.5 is not accepted"):
         partition(csr, 2.5)
+
+
+def test_streams_that_multi_hop_sampling_would_overflow_are_refused():
+    from labkit.graph.datasets import user_item_graph
+    from labkit.graph.rng import SEED_MAX
+    indptr, indices = np.array([0, 1, 2]), np.array([1, 0])
+    top = SEED_MAX // 64 - 1  # hop h draws stream * 64 + h: the largest stream whose hops fit
+    assert len(sample_multihop(indptr, indices, np.array([0]), [1, 1]).nodes) == 2
+    NeighborSampler(indptr, indices).sample(np.array([0]), [1, 1], stream=top)
+    with pytest.raises(ValueError, match=rf"stream={top + 1} is not accepted; expected an integer in \[0, {top}\]"):
+        NeighborSampler(indptr, indices).sample(np.array([0]), [1, 1], stream=top + 1)
+    ui = user_item_graph(8)
+    with pytest.raises(ValueError, match=r"epoch=\d+ is not accepted"):
+        ui.V("user").batch(4).outV("u2i").sample(2).values(epoch=SEED_MAX // 64)
+    ui.V("user").batch(4).outV("u2i").sample(2).values(epoch=10**9).next()  # large but fits
