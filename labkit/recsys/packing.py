@@ -20,7 +20,7 @@ from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.recsys import kernels
 from labkit.recsys.cache import CachePlan, HotRowCache, SlowTier, hit_rate
 from labkit.recsys.data import JaggedBatch
-from labkit.recsys.tables import Table, column_offsets, init_table, plan_groups
+from labkit.recsys.tables import Table, column_offsets, init_blocks, plan_groups
 
 
 _INIT_BLOCK_BYTES = 8 << 20  # rows drawn at a time when a table is written into a slow-tier file
@@ -38,11 +38,8 @@ def _file_backing(a: np.ndarray) -> tuple[str, int] | None:
 
 
 def init_rows(w: np.ndarray, r0: int, table_index: int, table: Table, seed: int = 0) -> None:
-    """Write table `table_index`'s seeded initial rows into ``w[r0:r0 + cardinality]``.
-
-    Bit for bit :func:`~labkit.recsys.tables.init_table` (same generator, uniform draws, then
-    ``-0.5`` and ``*0.1`` in float32), with no table-sized temporary. Rows are drawn a block at a
-    time from that one generator, which gives the same stream as a single draw. When `w` is a
+    """Write table `table_index`'s seeded initial rows (:func:`~labkit.recsys.tables.init_blocks`)
+    into ``w[r0:r0 + cardinality]``, a block at a time, with no table-sized temporary. When `w` is a
     memory-mapped slow tier the blocks are written through its file rather than its mapping, so
     initialising it makes no page of the table resident in this process.
     """
@@ -50,27 +47,17 @@ def init_rows(w: np.ndarray, r0: int, table_index: int, table: Table, seed: int 
     if w.ndim != 2 or w.shape[1] != dim or w.dtype != np.float32 or not 0 <= r0 <= w.shape[0] - n:
         raise bad_value("w", f"{w.dtype} array of shape {w.shape}",
                         f"a float32 [rows >= {r0 + n}, {dim}] array for rows [{r0}, {r0 + n})")
-    rng = np.random.default_rng([seed, 2000 + table_index])  # init_table's stream
+    step = max(1, _INIT_BLOCK_BYTES // (4 * dim))
+    blocks = zip(range(r0, r0 + n, step), init_blocks(table_index, table, seed, step))
     backing = _file_backing(w)
     if backing is None:
-        rows = w[r0:r0 + n]
-        if not rows.flags.c_contiguous:
-            rows[...] = init_table(table_index, table, seed)
-            return
-        rng.random(dtype=np.float32, out=rows)
-        rows -= 0.5
-        rows *= 0.1
+        for a, x in blocks:
+            w[a:a + len(x)] = x
         return
     path, offset = backing
-    step = max(1, _INIT_BLOCK_BYTES // (4 * dim))
-    buf = np.empty((min(step, n), dim), np.float32)
     with open(path, "r+b") as fh:
-        for a in range(0, n, step):
-            x = buf[:min(step, n - a)]
-            rng.random(dtype=np.float32, out=x)
-            x -= 0.5
-            x *= 0.1
-            fh.seek(offset + (r0 + a) * dim * 4)
+        for a, x in blocks:
+            fh.seek(offset + a * dim * 4)
             fh.write(memoryview(x).cast("B"))
 
 

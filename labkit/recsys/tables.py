@@ -73,10 +73,19 @@ def column_offsets(tables: Sequence[Table]) -> dict[int, int]:
     return out
 
 
+def init_blocks(table_index: int, table: Table, seed: int = 0, block_rows: int | None = None):
+    """Yield the seeded initial rows of one table (uniform in +-0.05) in order, `block_rows` rows at a
+    time (all at once if None): one generator, so the values do not depend on the block size."""
+    rng = np.random.default_rng([seed, 2000 + table_index])
+    n = int(table.cardinality)
+    step = n if block_rows is None else max(1, int(block_rows))
+    for a in range(0, n, step):
+        w = rng.random((min(step, n - a), table.dim), dtype=np.float32)
+        w -= 0.5
+        w *= 0.1
+        yield w
+
+
 def init_table(table_index: int, table: Table, seed: int = 0) -> np.ndarray:
     """Return the seeded initial rows of one table (uniform in +-0.05), the same for every stage."""
-    rng = np.random.default_rng([seed, 2000 + table_index])
-    w = rng.random((table.cardinality, table.dim), dtype=np.float32)
-    w -= 0.5
-    w *= 0.1
-    return w
+    return next(init_blocks(table_index, table, seed))
