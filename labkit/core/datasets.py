@@ -192,11 +192,13 @@ class DatasetWriter:
         info["align"] = align
         self.files[key] = info
 
-    def path(self, key: str, suffix: str) -> Path:
-        """Return a path for a free-form file (e.g. JPEGs, CSV) that is hashed when committed."""
+    def path(self, key: str, suffix: str, **info: Any) -> Path:
+        """Return a path for a file the builder writes itself (JPEGs, CSV, a raw array filled in
+        place), hashed when committed. `info` joins its manifest entry: for a raw array, ``shape``,
+        ``dtype`` (a numpy dtype string) and ``align``, so that :meth:`Dataset.array` can read it."""
         self._check_key(key)
         p = self.dir / f"{key}{suffix}"
-        self.files[key] = {"file": p.name}
+        self.files[key] = {"file": p.name, **info}
         return p
 
     def _check_key(self, key: str) -> None:

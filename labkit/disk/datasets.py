@@ -43,7 +43,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from labkit.core.datasets import DatasetWriter, _sha256_file, register_dataset
+from labkit.core.datasets import DatasetWriter, register_dataset
 from labkit.core.errors import bad_value, check_range
 from labkit.graph.csr import check_node_ids, check_num_nodes
 from labkit.graph.rmat import RMatParams, rmat_edge_chunks, rmat_labels
@@ -292,11 +292,8 @@ def build(w: DatasetWriter, p: dict) -> None:
     indptr, out_deg = count_csc_degrees(edges, n)
     out_deg = out_deg.astype(np.int32)
     w.array("indptr", indptr)
-    path = w.path("indices", ".bin")
-    nbytes = scatter_csc_file(edges, indptr, path, align=4096)
-    # Same manifest entry (and key order) as a w.stream(..., align=4096) would record.
-    w.files["indices"].update(shape=[int(indptr[-1])], dtype=np.dtype(np.int32).str, bytes=nbytes,
-                              sha256=_sha256_file(path), align=4096)
+    path = w.path("indices", ".bin", shape=[int(indptr[-1])], dtype=np.dtype(np.int32).str, align=4096)
+    scatter_csc_file(edges, indptr, path, align=4096)
     del indptr
     w.array("out_degree", out_deg)
     labels = rmat_labels(rp)
