@@ -81,6 +81,27 @@ def check_seed(seed, arg: str = "seed") -> int:
     return int(seed)
 
 
+def check_lr(arg: str, lr: float) -> float:
+    """Return learning rate `lr` as a float if it is finite and > 0, else raise naming `arg`."""
+    return float(check_range(arg, lr, 0.0, math.inf, lo_open=True, hi_open=True))
+
+
+def check_specs(specs: Sequence[FieldSpec]) -> list[FieldSpec]:
+    """Return `specs` as a list if it holds at least one FieldSpec and nothing else, else raise."""
+    if isinstance(specs, (str, bytes, FieldSpec)) or not isinstance(specs, (Sequence, np.ndarray)):
+        raise bad_value("specs", type(specs).__name__, "a list of FieldSpec (see make_fields)")
+    specs = list(specs)
+    if not specs:
+        raise bad_value("specs", specs, "at least one FieldSpec (see make_fields)")
+    for i, s in enumerate(specs):
+        if not isinstance(s, FieldSpec):
+            raise bad_value(f"specs[{i}]", type(s).__name__, "a FieldSpec (see make_fields)")
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise bad_value("specs", next(n for n in names if names.count(n) > 1), "unique field names")
+    return specs
+
+
 def criteo_like_cardinalities(n_fields: int, *, max_rows: int = 1_000_000, min_rows: int = 10,
                               seed: int = 0) -> list[int]:
     """Return log-uniform table sizes between `min_rows` and `max_rows`, as Criteo's 26 fields spread."""
@@ -157,9 +178,11 @@ class JaggedBatch:
     def __post_init__(self) -> None:
         # Every array is checked for shape and kind here (cheap, vectorised): a negative length or
         # a float id would otherwise reach the embedding kernels, which do not bounds-check.
-        if isinstance(self.keys, str) or not all(isinstance(k, str) for k in self.keys):
+        if isinstance(self.keys, str) or not isinstance(self.keys, Iterable):
             raise bad_value("keys", self.keys, "a list of field names (strings)", exc=BadBatch)
-        self.keys = list(self.keys)
+        self.keys = list(self.keys)  # a generator is read once, here
+        if not all(isinstance(k, str) for k in self.keys):
+            raise bad_value("keys", self.keys, "a list of field names (strings)", exc=BadBatch)
         if len(set(self.keys)) != len(self.keys):
             dup = next(k for k in self.keys if self.keys.count(k) > 1)
             raise bad_value("keys", dup, "unique field names", exc=BadBatch)
@@ -386,12 +409,7 @@ class SyntheticCTR:
     """
 
     def __init__(self, specs: Sequence[FieldSpec], *, n_dense: int = N_DENSE_CRITEO, seed: int = 0) -> None:
-        if not specs:
-            raise bad_value("specs", list(specs), "at least one FieldSpec")
-        self.specs = list(specs)
-        if not all(isinstance(s, FieldSpec) for s in self.specs):
-            bad = next(s for s in self.specs if not isinstance(s, FieldSpec))
-            raise bad_value("specs", type(bad).__name__, "a list of FieldSpec")
+        self.specs = specs = check_specs(specs)
         self.n_dense = int(check_range("n_dense", n_dense, 0, 1000, integer=True))
         self.seed = seed = check_seed(seed)
         self.samplers = [ZipfSampler(s.cardinality, s.zipf, [seed, 1000 + i]) for i, s in enumerate(specs)]
@@ -528,6 +546,21 @@ def read_criteo_tsv(path: str | os.PathLike, specs: Sequence[FieldSpec] | None =
             _warn_skipped(stats, path.name)
 
 
+def _dense_value(j: int, tok) -> float:
+    """Criteo's integer feature I{j+1} as the models take it, log1p(x) for x > 0, else 0 (empty: 0);
+    both readers parse through here. A non-integer or one past float range is a ValueError (a
+    malformed row)."""
+    if tok is None or tok == "":
+        return 0.0
+    try:
+        x = int(tok)
+    except (ValueError, TypeError):
+        raise ValueError(f"I{j + 1}={tok!r} is not an integer") from None
+    if x > 1e308:  # log1p would raise OverflowError (not a float)
+        raise ValueError(f"I{j + 1}={str(tok)[:20]!r}... is too large; expected an integer below 1e308")
+    return math.log1p(x) if x > 0 else 0.0
+
+
 def _tsv_batches(path: Path, specs, batch_size: int, on_error: str, stats: ReadStats, bar) -> Iterator[JaggedBatch]:
     labels, dense, cats = [], [], []
     with open(path, "rb") as fh:
@@ -543,15 +576,7 @@ def _tsv_batches(path: Path, specs, batch_size: int, on_error: str, stats: ReadS
                 lab = int(cols[0])
                 if lab not in (0, 1):
                     raise ValueError(f"label={cols[0]!r}, expected 0 or 1")
-                d = []
-                for j, tok in enumerate(cols[1:1 + N_DENSE_CRITEO]):
-                    try:
-                        x = int(tok) if tok else 0
-                    except ValueError:
-                        raise ValueError(f"I{j + 1}={tok!r} is not an integer") from None
-                    if x > 1e308:  # log1p would raise OverflowError (not a float)
-                        raise ValueError(f"I{j + 1}={tok[:20]!r}... is too large; expected an integer below 1e308")
-                    d.append(math.log1p(x) if x > 0 else 0.0)
+                d = [_dense_value(j, tok) for j, tok in enumerate(cols[1:1 + N_DENSE_CRITEO])]
                 c = []
                 for s, tok in zip(specs, cols[1 + N_DENSE_CRITEO:]):
                     try:
@@ -616,11 +641,7 @@ def _parquet_batches(pf, path: Path, specs, names, batch_size: int, on_error: st
                 lab = cols["label"][i]
                 if lab not in (0, 1):
                     raise ValueError(f"label={lab!r}, expected 0 or 1")
-                d = []
-                for j in range(N_DENSE_CRITEO):
-                    x = cols[f"I{j + 1}"][i]
-                    x = 0 if x is None else int(x)
-                    d.append(math.log1p(x) if x > 0 else 0.0)
+                d = [_dense_value(j, cols[f"I{j + 1}"][i]) for j in range(N_DENSE_CRITEO)]
                 c = []
                 for s in specs:
                     v = cols[s.name][i]

@@ -114,7 +114,7 @@ class RecModel:
     def checked(self, batch: JaggedBatch) -> JaggedBatch:
         """Return `batch` checked against the model (ids hashed where the spec says so); see the class doc."""
         batch = check_ids(self.specs, batch)
-        if batch.dense.ndim != 2 or batch.dense.shape[1] != self.dense.n_dense:
+        if batch.dense.shape[1] != self.dense.n_dense:  # JaggedBatch holds a 2-d dense
             raise bad_value("batch.dense", f"shape {batch.dense.shape}", f"shape (B, {self.dense.n_dense}) "
                             "(n_dense of the model)", exc=BadBatch)
         return batch

@@ -8,7 +8,6 @@ swapped in under the very same network.
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np
@@ -16,7 +15,7 @@ import torch
 from torch import nn
 
 from labkit.core.errors import bad_value, check_choice, check_range
-from labkit.recsys.data import N_DENSE_CRITEO, FieldSpec, JaggedBatch, check_seed
+from labkit.recsys.data import N_DENSE_CRITEO, FieldSpec, JaggedBatch, check_lr, check_seed, check_specs
 from labkit.recsys.tables import Table, canonical_order, init_table, tables_for
 
 MODELS = ("wide_deep", "dlrm", "deepfm")
@@ -203,27 +202,6 @@ def check_hidden(hidden: Sequence[int]) -> tuple[int, ...]:
     for h in hidden:
         check_range("hidden", h, 1, 1 << 16, integer=True)
     return tuple(int(h) for h in hidden)
-
-
-def check_lr(arg: str, lr: float) -> float:
-    """Return learning rate `lr` as a float if it is finite and > 0, else raise naming `arg`."""
-    return float(check_range(arg, lr, 0.0, math.inf, lo_open=True, hi_open=True))
-
-
-def check_specs(specs: Sequence[FieldSpec]) -> list[FieldSpec]:
-    """Return `specs` as a list if it holds at least one FieldSpec and nothing else, else raise."""
-    if isinstance(specs, (str, bytes, FieldSpec)) or not isinstance(specs, (Sequence, np.ndarray)):
-        raise bad_value("specs", type(specs).__name__, "a list of FieldSpec (see make_fields)")
-    specs = list(specs)
-    if not specs:
-        raise bad_value("specs", specs, "at least one FieldSpec (see make_fields)")
-    for i, s in enumerate(specs):
-        if not isinstance(s, FieldSpec):
-            raise bad_value(f"specs[{i}]", type(s).__name__, "a FieldSpec (see make_fields)")
-    names = [s.name for s in specs]
-    if len(set(names)) != len(names):
-        raise bad_value("specs", next(n for n in names if names.count(n) > 1), "unique field names")
-    return specs
 
 
 def weights_equal(a, b, atol: float = 0.0) -> bool:

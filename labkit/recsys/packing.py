@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from labkit.core.buffers import BufferPool, aligned_empty
-from labkit.core.errors import bad_value, check_choice, check_range
+from labkit.core.errors import bad_value, check_choice
 from labkit.recsys import kernels
 from labkit.recsys.cache import CachePlan, HotRowCache, SlowTier, hit_rate
-from labkit.recsys.data import JaggedBatch
+from labkit.recsys.data import JaggedBatch, check_lr
 from labkit.recsys.tables import Table, column_offsets, init_blocks, plan_groups
 
 
@@ -110,7 +110,7 @@ class PackedEmbeddings:
         if not tables:
             raise bad_value("tables", list(tables), "at least one Table")
         check_choice("optimizer", optimizer, kernels.OPTIMIZERS)
-        check_range("lr", lr, 0.0, lo_open=True)
+        lr = check_lr("lr", lr)
         self.tables = list(tables)
         self.optimizer, self.lr, self.eps = optimizer, float(lr), float(eps)
         self._opt = kernels.OPTIMIZERS[optimizer]

@@ -24,6 +24,8 @@ def test_fx_tracing_notice_is_dropped_and_other_records_pass(caplog):
         _symbolic_trace.is_fx_tracing_warning.cache_clear()
         _symbolic_trace.is_fx_tracing_warning()  # the notice itself: filtered
         logging.getLogger("torch.fx._symbolic_trace").warning("another message")  # passes
+    trec.TorchRecEmbeddings(tables_for(specs), kind="fused")  # a second stage adds no second filter
+    assert logging.getLogger("torch.fx._symbolic_trace").filters.count(trec._not_fx_tracing_notice) == 1
     msgs = [r.getMessage() for r in caplog.records]
     assert not [m for m in msgs if "is_fx_tracing" in m]
     assert "another message" in msgs

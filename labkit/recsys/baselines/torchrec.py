@@ -21,13 +21,17 @@ from labkit.recsys.tables import Table, canonical_order, init_table
 KINDS = ("ebc", "fused")
 
 
+def _not_fx_tracing_notice(record) -> bool:
+    return not record.getMessage().startswith("is_fx_tracing will return true")
+
+
 def _quiet_fx_tracing_notice() -> None:
     """TorchRec's modules ask torch.fx ``is_fx_tracing()`` on every call, and torch 2.13 logs a one-off
     deprecation notice about that function to stderr (into notebooks): a notice for TorchRec's
-    authors, not for users of the anchor. Drop that one message; every other log record passes."""
+    authors, not for users of the anchor. Drop that one message; every other log record passes.
+    (The same filter function each time: ``addFilter`` keeps one copy however many stages are built.)"""
     import logging
-    logging.getLogger("torch.fx._symbolic_trace").addFilter(
-        lambda r: not r.getMessage().startswith("is_fx_tracing will return true"))
+    logging.getLogger("torch.fx._symbolic_trace").addFilter(_not_fx_tracing_notice)
 
 
 def available() -> bool:
