@@ -212,6 +212,7 @@ def test_an_interrupted_child_bench_gets_to_clean_up(tmp_path):
         if ready.exists():
             break
         time.sleep(0.01)
+    assert ready.exists(), "the child did not start within 30 s"
     _stop_child(child, grace_s=6.0)  # this child got no SIGINT of its own: it is sent one after 2 s
     assert child.returncode is not None and done.read_text() == "ok"
     up = tmp_path / "up"
@@ -221,5 +222,6 @@ def test_an_interrupted_child_bench_gets_to_clean_up(tmp_path):
         if up.exists():
             break
         time.sleep(0.01)
+    assert up.exists(), "the child did not start within 30 s"
     _stop_child(stuck, grace_s=1.5)  # ignores SIGINT: killed when the grace time is up
     assert stuck.returncode == -9

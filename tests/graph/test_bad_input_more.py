@@ -58,12 +58,19 @@ def test_a_file_whose_id_implies_an_absurd_node_count_names_the_file_and_id(tmp_
 
 # ---- unreadable files -----------------------------------------------------------------------------------
 
-def test_a_binary_csv_is_named_as_not_utf8(tmp_path):
-    path = tmp_path / "bin.csv"
-    path.write_bytes(b"\xff\xfe\x00garbage\x00\n\x01\x02")
-    with pytest.raises(ValueError, match=r"path='.*bin\.csv' is not accepted; expected a UTF-8 CSV .*bin\.csv is "
-                                         r"not a UTF-8 CSV"):
+@pytest.mark.parametrize("name, content, msg, chunks", [
+    ("bin.csv", b"\xff\xfe\x00garbage\x00\n\x01\x02",
+     r"path='.*bin\.csv' is not accepted; expected a UTF-8 CSV .*bin\.csv is not a UTF-8 CSV", csv_edge_chunks),
+    ("fake.parquet", b"hello", r"path='.*fake\.parquet' is not accepted; expected a readable Parquet "
+                               r"file \(pyarrow cannot read fake\.parquet: .*\)", parquet_edge_chunks),
+])
+def test_an_unreadable_edge_file_is_named(tmp_path, name, content, msg, chunks):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=msg):
         build_from_file(path)
+    with pytest.raises(ValueError, match=msg):  # the reader itself, before a chunk is asked for
+        chunks(path)
 
 
 def test_a_csv_that_turns_binary_after_its_header_is_named_too(tmp_path):
@@ -71,16 +78,6 @@ def test_a_csv_that_turns_binary_after_its_header_is_named_too(tmp_path):
     path.write_bytes(b"src,dst\n0,1\n" + b"1,\xff\xfe\n" * 10)
     with pytest.raises(ValueError, match=r"late\.csv is not a UTF-8 CSV"):
         list(csv_edge_chunks(path)())
-
-
-def test_a_non_parquet_file_is_named(tmp_path):
-    path = tmp_path / "fake.parquet"
-    path.write_bytes(b"hello")
-    with pytest.raises(ValueError, match=r"path='.*fake\.parquet' is not accepted; expected a readable Parquet "
-                                         r"file \(pyarrow cannot read fake\.parquet: .*\)"):
-        build_from_file(path)
-    with pytest.raises(ValueError, match=r"fake\.parquet"):
-        parquet_edge_chunks(path)
 
 
 # ---- chunks of the wrong shape ----------------------------------------------------------------------------
