@@ -46,3 +46,23 @@ def check_range(arg: str, value: Any, lo: float | None = None, hi: float | None 
         kind = "an integer" if integer else "a number"
         raise bad_value(arg, value, f"{kind} in {lb}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{rb}")
     return value
+
+
+#: Seeds, epochs and streams are integers in [0, SEED_MAX] by default: numpy's generators take
+#: them, and so do the numba kernels' int64 arguments. Seeds that only reach numpy and torch may use
+#: all 64 bits (``bits=64``).
+SEED_MAX = 2**63 - 1
+
+
+def check_seed(seed: Any, arg: str = "seed", *, per: int = 1, bits: int = 63) -> int:
+    """Return `seed` as an int if it is a whole number (``4.0`` too; not a bool) in [0, 2**bits), else raise.
+
+    With `per` > 1 the caller derives `per` streams from it (``seed * per + k``), so it must stay
+    below ``2**bits // per`` for those to fit the kernels' keys.
+    """
+    end = 2**bits if per == 1 else (2**bits - 1) // per  # first value refused
+    whole = isinstance(seed, numbers.Integral) or (isinstance(seed, numbers.Real) and float(seed).is_integer())
+    if isinstance(seed, bool) or not whole or not 0 <= int(seed) < end:
+        shown = f"[0, 2**{end.bit_length() - 1})" if end & (end - 1) == 0 else f"[0, {end - 1}]"
+        raise bad_value(arg, seed, f"an integer in {shown}")
+    return int(seed)

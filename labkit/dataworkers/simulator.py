@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from labkit.core.errors import bad_value, check_choice, check_range
+from labkit.core.errors import bad_value, check_choice, check_range, check_seed
 from labkit.dataworkers.scheduler import JobDemand, allocate
 
 FAMILIES = {"image": (0.45, 24.0), "ctr": (0.30, 12.0), "nlp": (0.25, 3.0)}
@@ -87,7 +87,7 @@ def synthetic_trace(n_jobs: int = 400, *, cluster: Cluster = Cluster(), load: fl
     """Return `n_jobs` jobs drawn from the distribution in the module docstring."""
     check_range("n_jobs", n_jobs, 1, integer=True)
     check_range("load", load, 0, lo_open=True)
-    check_range("seed", seed, 0, 2**63 - 1, integer=True)
+    check_seed(seed)
     rng = np.random.default_rng([int(seed), 6])
     sizes = np.array([g for g, _ in GPU_SIZES])
     gpus = rng.choice(sizes, n_jobs, p=[p for _, p in GPU_SIZES])

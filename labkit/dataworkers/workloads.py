@@ -17,12 +17,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, default_collate
 
-from labkit.core.errors import bad_value, check_range
-
-
-def check_seed(seed, arg: str = "seed") -> int:
-    """Return `seed` as an int if it is a whole number in [0, 2**63 - 1] (what numpy's generators take), else raise."""
-    return int(check_range(arg, seed, 0, 2**63 - 1, integer=True))
+from labkit.core.errors import bad_value, check_range, check_seed
 
 
 @dataclass

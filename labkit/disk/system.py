@@ -23,7 +23,7 @@ import numpy as np
 
 from labkit.core.datasets import Dataset, open_dataset
 from labkit.core.directio import DiskModel
-from labkit.core.errors import bad_value, check_choice, check_range
+from labkit.core.errors import bad_value, check_choice, check_range, check_seed
 from labkit.core.machine import cores as machine_cores
 from labkit.core.machine import release_free_memory
 from labkit.core.memory import BudgetExceeded, MemoryBudget, fmt_bytes, parse_bytes
@@ -430,7 +430,7 @@ def workload(profile: str = "ci", model: str = "sage", num_batches: int = 8, *, 
     check_range("num_batches", num_batches, 1, integer=True)
     check_range("presample_batches", presample_batches, 1, integer=True)
     check_range("budget_fraction", budget_fraction, 0.0, 100.0, lo_open=True)
-    check_range("seed", seed, 0, 2**63 - 1, integer=True)
+    check_seed(seed)
     num_batches, presample_batches, seed = int(num_batches), int(presample_batches), int(seed)
     cfg = ModelConfig.paper(model)
     ds = open_dataset("caliex", profile, full_verify=full_verify, progress=progress)

@@ -10,14 +10,13 @@ import numpy as np
 import torch
 
 from labkit.core.bench import Bench, Comparison
-from labkit.core.errors import check_range
+from labkit.core.errors import check_range, check_seed
 from labkit.graph.csr import CSR, build_csr, build_csr_chunked
 from labkit.graph.datasets import GraphData
 from labkit.graph.importance import CacheStats, NeighborCache, importance, plan_cache
 from labkit.graph.negative import negative_sample
 from labkit.graph.partition import partition
 from labkit.graph.rmat import RMatParams, rmat_edge_chunks, rmat_edges
-from labkit.graph.rng import check_seed
 from labkit.graph.sampling import AliasTable, sample_neighbors, sample_weighted, topk_neighbors
 from labkit.graph.store import PartitionedStore, StoreSampler
 from labkit.graph.train import SAGE, train_epoch

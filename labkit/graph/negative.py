@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
-from labkit.core.errors import check_choice, check_range
+from labkit.core.errors import check_choice, check_range, check_seed
 from labkit.graph.csr import CSR, check_node_ids
-from labkit.graph.rng import GOLDEN, check_seed, mix64, stream_key
+from labkit.graph.rng import GOLDEN, mix64, stream_key
 
 STRATEGIES = ("random", "in_degree")
 

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from labkit.core.errors import bad_value, check_choice, check_range
+from labkit.core.errors import bad_value, check_choice, check_range, check_seed
 from labkit.graph.csr import CSR
-from labkit.graph.rng import check_seed
 
 METHODS = ("hash", "ldg", "fennel")
 

@@ -19,9 +19,8 @@ from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
 from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
 from torch_geometric.typing import EdgeTensorType
 
-from labkit.core.errors import bad_value, check_range
+from labkit.core.errors import bad_value, check_range, check_seed
 from labkit.graph.csr import CSR, build_csr
-from labkit.graph.rng import check_seed
 from labkit.graph.sampling import NeighborSampler, check_fanout
 from labkit.graph.store import StoreSampler
 

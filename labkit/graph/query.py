@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from labkit.core.errors import bad_value, check_range
+from labkit.core.errors import bad_value, check_range, check_seed
 from labkit.graph.csr import CSR, build_csr, check_node_ids
 from labkit.graph.negative import negative_sample
-from labkit.graph.rng import check_seed
 from labkit.graph.sampling import AliasTable, sample_neighbors, sample_weighted, topk_neighbors
 from labkit.graph.traverse import edge_batches, node_batches
 

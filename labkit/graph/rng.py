@@ -10,20 +10,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from labkit.core.errors import check_range
-
-#: Seeds, epochs and streams are integers in [0, SEED_MAX] (what numpy's generators and the uint64 keys take).
-SEED_MAX = 2**63 - 1
-
-
-def check_seed(seed, arg: str = "seed", *, per: int = 1) -> int:
-    """Return `seed` as an int if it is a whole number in [0, 2**63 - 1], else raise naming `arg`.
-
-    With `per` > 1 the caller derives `per` streams from it (``seed * per + k``), so it must stay at
-    or below ``SEED_MAX // per - 1`` for those to fit the kernels' 64-bit keys.
-    """
-    return int(check_range(arg, seed, 0, SEED_MAX if per == 1 else SEED_MAX // per - 1, integer=True))
-
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)

@@ -26,8 +26,8 @@ import numpy as np
 from numba import njit, prange
 
 from labkit.core.arrays import unique
-from labkit.core.errors import bad_value, check_range
-from labkit.graph.rng import GOLDEN, check_seed, mix64, stream_key
+from labkit.core.errors import bad_value, check_range, check_seed
+from labkit.graph.rng import GOLDEN, mix64, stream_key
 
 FULL = -1  #: fanout meaning "all neighbours"
 

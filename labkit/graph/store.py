@@ -29,12 +29,11 @@ import numpy as np
 from numba import njit
 
 from labkit.core.arrays import unique
-from labkit.core.errors import LabkitError, bad_value, check_choice
+from labkit.core.errors import LabkitError, bad_value, check_choice, check_seed
 from labkit.graph.csr import CSR, check_node_ids
 from labkit.graph.importance import NeighborCache, gather_lists
 from labkit.graph.importance import _split as _split_hits
 from labkit.graph.partition import Partitioning
-from labkit.graph.rng import check_seed
 from labkit.graph.sampling import MultiHopSample, _relabel, _reset, _sample_hop, check_fanout
 
 BACKENDS = ("embedded", "dask")

@@ -6,9 +6,8 @@ from typing import Iterator
 
 import numpy as np
 
-from labkit.core.errors import bad_value, check_range
+from labkit.core.errors import bad_value, check_range, check_seed
 from labkit.graph.csr import CSR
-from labkit.graph.rng import check_seed
 
 
 def node_batches(ids: np.ndarray, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,

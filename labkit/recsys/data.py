@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 import os
 import warnings
 from dataclasses import MISSING, asdict, dataclass, field
@@ -19,7 +18,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from labkit.core.atomic import atomic_write_json
-from labkit.core.errors import LabkitError, bad_value, check_choice, check_range
+from labkit.core.errors import LabkitError, bad_value, check_choice, check_range, check_seed
 from labkit.core.progress import progress_bar
 
 POOLINGS = ("sum", "mean")
@@ -74,13 +73,6 @@ def make_fields(n_fields: int, *, cardinality: int | Sequence[int] = 100_000,
             for i in range(n_fields)]
 
 
-def check_seed(seed, arg: str = "seed") -> int:
-    """Return `seed` as an int if it is an integer in [0, 2**64) (numpy's and torch's seeds), else raise."""
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) < 2**64:
-        raise bad_value(arg, seed, "an integer in [0, 2**64)")
-    return int(seed)
-
-
 def check_lr(arg: str, lr: float) -> float:
     """Return learning rate `lr` as a float if it is finite and > 0, else raise naming `arg`."""
     return float(check_range(arg, lr, 0.0, math.inf, lo_open=True, hi_open=True))
@@ -108,7 +100,7 @@ def criteo_like_cardinalities(n_fields: int, *, max_rows: int = 1_000_000, min_r
     n_fields = int(check_range("n_fields", n_fields, 1, 100_000, integer=True))
     check_range("min_rows", min_rows, 1, integer=True)
     check_range("max_rows", max_rows, min_rows, integer=True)
-    rng = np.random.default_rng([check_seed(seed), 7])
+    rng = np.random.default_rng([check_seed(seed, bits=64), 7])
     return [int(x) for x in np.exp(rng.uniform(math.log(min_rows), math.log(max_rows), n_fields))]
 
 
@@ -379,9 +371,9 @@ class ZipfSampler:
         check_range("cardinality", cardinality, 1, integer=True)
         check_range("s", s, 0.0, 10.0)
         if isinstance(seed, (list, tuple, np.ndarray)):
-            seed = [check_seed(x, f"seed[{i}]") for i, x in enumerate(seed)]
+            seed = [check_seed(x, f"seed[{i}]", bits=64) for i, x in enumerate(seed)]
         else:
-            seed = check_seed(seed)
+            seed = check_seed(seed, bits=64)
         self.cardinality, self.s = int(cardinality), float(s)
         w = np.arange(1, self.cardinality + 1, dtype=np.float64) ** -self.s
         self.cdf = np.cumsum(w)
@@ -411,7 +403,7 @@ class SyntheticCTR:
     def __init__(self, specs: Sequence[FieldSpec], *, n_dense: int = N_DENSE_CRITEO, seed: int = 0) -> None:
         self.specs = specs = check_specs(specs)
         self.n_dense = int(check_range("n_dense", n_dense, 0, 1000, integer=True))
-        self.seed = seed = check_seed(seed)
+        self.seed = seed = check_seed(seed, bits=64)
         self.samplers = [ZipfSampler(s.cardinality, s.zipf, [seed, 1000 + i]) for i, s in enumerate(specs)]
         self.dense_w = np.random.default_rng([seed, 3]).normal(0, 0.3, n_dense).astype(np.float32)
         self._step = 0
@@ -421,7 +413,7 @@ class SyntheticCTR:
         batch_size = int(check_range("batch_size", batch_size, 1, 10_000_000, integer=True))
         if index is None:
             index, self._step = self._step, self._step + 1
-        index = check_seed(index, "index")
+        index = check_seed(index, "index", bits=64)
         rng = np.random.default_rng([self.seed, 11, index])
         keys = [s.name for s in self.specs]
         lengths, values = [], []

@@ -17,9 +17,9 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from labkit.core.errors import bad_value, check_choice, check_range
+from labkit.core.errors import bad_value, check_choice, check_range, check_seed
 from labkit.recsys.cache import CachePlan, SlowTier
-from labkit.recsys.data import N_DENSE_CRITEO, BadBatch, FieldSpec, JaggedBatch, check_ids, check_seed
+from labkit.recsys.data import N_DENSE_CRITEO, BadBatch, FieldSpec, JaggedBatch, check_ids
 from labkit.recsys.interleave import Interleaver
 from labkit.recsys.models import (EMB_OPTIMIZERS, DenseArch, PerFieldEmbeddings, check_hidden, check_lr,
                                   check_specs, model_tables)
@@ -71,7 +71,7 @@ class RecModel:
         check_choice("check", check, (False, True))
         lr, dense_lr = check_lr("lr", lr), check_lr("dense_lr", dense_lr)
         n_dense = int(check_range("n_dense", n_dense, 0, 1000, integer=True))
-        seed = check_seed(seed)
+        seed = check_seed(seed, bits=64)
         self.kind, self.specs = kind, check_specs(specs)
         packing, interleave, cache = bool(packing), int(interleave), float(cache)
         self.techniques = Techniques(packing, interleave, cache)

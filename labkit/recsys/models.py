@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from labkit.core.errors import bad_value, check_choice, check_range
-from labkit.recsys.data import N_DENSE_CRITEO, FieldSpec, JaggedBatch, check_lr, check_seed, check_specs
+from labkit.core.errors import bad_value, check_choice, check_range, check_seed
+from labkit.recsys.data import N_DENSE_CRITEO, FieldSpec, JaggedBatch, check_lr, check_specs
 from labkit.recsys.tables import Table, canonical_order, init_table, tables_for
 
 MODELS = ("wide_deep", "dlrm", "deepfm")
@@ -54,7 +54,7 @@ class PerFieldEmbeddings(nn.Module):
                  eps: float = 1e-10, seed: int = 0) -> None:
         super().__init__()
         check_choice("optimizer", optimizer, EMB_OPTIMIZERS)
-        lr, seed = check_lr("lr", lr), check_seed(seed)
+        lr, seed = check_lr("lr", lr), check_seed(seed, bits=64)
         self.tables = list(tables)
         if not self.tables:
             raise bad_value("tables", self.tables, "at least one Table")
@@ -144,7 +144,7 @@ class DenseArch(nn.Module):
         specs = check_specs(specs)
         hidden = check_hidden(hidden)
         n_dense = int(check_range("n_dense", n_dense, 0, 1000, integer=True))
-        seed = check_seed(seed)
+        seed = check_seed(seed, bits=64)
         self.n_fields, self.n_dense = len(specs), n_dense
         self.n_wide = self.n_fields if kind in ("wide_deep", "deepfm") else 0
         dims = [s.dim for s in specs]

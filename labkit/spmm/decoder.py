@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from labkit.core.errors import bad_value, check_choice, check_range
+from labkit.core.errors import bad_value, check_choice, check_range, check_seed
 from labkit.spmm.baselines import DenseTorch, TiledCSLMatmul
-from labkit.spmm.prune import check_seed, check_sparsity, random_sparse
+from labkit.spmm.prune import check_sparsity, random_sparse
 
 LINEAR_KINDS = ("dense", "sparse")
 LINEARS = ("q", "k", "v", "out", "fc1", "fc2")
@@ -67,7 +67,7 @@ def check_token_ids(prompt: torch.Tensor, vocab: int) -> torch.Tensor:
 def random_weights(cfg: DecoderConfig, sparsity: float, *, seed: int = 0) -> dict:
     """Return seeded decoder weights; the six linear layers of every block pruned to `sparsity`."""
     check_sparsity(sparsity)
-    seed = check_seed(seed)
+    seed = check_seed(seed, bits=64)
     g = torch.Generator().manual_seed(seed)
     d, f = cfg.d_model, cfg.ffn_dim
     shapes = {"q": (d, d), "k": (d, d), "v": (d, d), "out": (d, d), "fc1": (f, d), "fc2": (d, f)}
@@ -174,7 +174,7 @@ def tokens_per_second(model: Decoder, batch: int, new_tokens: int, *, seed: int 
     if not isinstance(model, Decoder):
         raise bad_value("model", type(model).__name__, "a Decoder")
     batch = int(check_range("batch", batch, 1, 64, integer=True))
-    seed = check_seed(seed)  # new_tokens is checked by generate (against max_len)
+    seed = check_seed(seed, bits=64)  # new_tokens is checked by generate (against max_len)
     g = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, model.cfg.vocab, (batch, 1), generator=g)
     t0 = time.perf_counter()

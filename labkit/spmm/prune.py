@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from labkit.core.errors import bad_value, check_choice, check_range
+from labkit.core.errors import bad_value, check_choice, check_range, check_seed
 
 GRANULARITIES = ("matrix", "row")
 
@@ -16,15 +16,6 @@ GRANULARITIES = ("matrix", "row")
 def check_sparsity(sparsity: float) -> float:
     """Return `sparsity` if it is a number in [0, 1), else raise ValueError."""
     return float(check_range("sparsity", sparsity, 0.0, 1.0, hi_open=True))
-
-
-def check_seed(seed: int) -> int:
-    """Return `seed` as an int if it is an integer in [0, 2**64), else raise ValueError."""
-    if isinstance(seed, np.integer):
-        seed = int(seed)
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
-        raise bad_value("seed", seed, "an integer in [0, 2**64)")
-    return seed
 
 
 def check_shape(shape: tuple[int, int]) -> tuple[int, int]:
@@ -75,7 +66,7 @@ def random_mask(shape: tuple[int, int], sparsity: float, *, seed: int = 0) -> to
     """Return a seeded boolean keep-mask of `shape` where each entry is kept with prob 1 - sparsity."""
     check_sparsity(sparsity)
     shape = check_shape(shape)
-    rng = np.random.default_rng(check_seed(seed))
+    rng = np.random.default_rng(check_seed(seed, bits=64))
     return torch.from_numpy(rng.random(shape, dtype=np.float32) >= sparsity)
 
 
@@ -96,7 +87,7 @@ def random_sparse(shape: tuple[int, int], sparsity: float, *, seed: int = 0,
     if dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise bad_value("dtype", dtype, "torch.bfloat16, torch.float16 or torch.float32")
     m, k = check_shape(shape)
-    seed = check_seed(seed)
+    seed = check_seed(seed, bits=64)
     scale = 1.0 / np.sqrt(k) if scale is None else check_scale(scale, dtype)
     if dtype == torch.bfloat16:
         bits = np.empty((m, k), np.uint16)

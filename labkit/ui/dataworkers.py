@@ -234,14 +234,14 @@ def simulator_explorer(n_jobs: int = 120, *, load: float = 0.4, cpu_servers: int
     import ipywidgets as W
     import plotly.graph_objects as go
 
-    from labkit.core.errors import check_range
+    from labkit.core.errors import check_range, check_seed
     from labkit.dataworkers import simulator
     from labkit.ui import slider_plot
 
     check_range("n_jobs", n_jobs, 1, integer=True)
     check_range("load", load, 0.2, 0.8)
     check_range("cpu_servers", cpu_servers, 0, 8, integer=True)
-    check_range("seed", seed, 0, 2**63 - 1, integer=True)
+    check_seed(seed)
     detail = go.FigureWidget()  # simulator_plots' figure, redrawn by every run
 
     def redraw(fig: Any, v: dict) -> dict:

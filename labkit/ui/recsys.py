@@ -24,7 +24,7 @@ def technique_explorer(*, fields: tuple[int, int, int] = (8, 200, 26), batch: tu
     this setting's cache hit rate (0 with caching off). ``state.result`` holds the last run's numbers.
 
     `fields`, `batch` and `cache_pct` are each ``(min, max, value)`` of a slider."""
-    from labkit.recsys.data import check_seed
+    from labkit.core.errors import check_seed
     from labkit.recsys.models import MODELS
 
     _check_slider("fields", fields, 1, 100_000)
@@ -33,7 +33,7 @@ def technique_explorer(*, fields: tuple[int, int, int] = (8, 200, 26), batch: tu
     check_range("rows", rows, 1, integer=True)
     check_range("steps", steps, 1, 10_000, integer=True)
     check_choice("kind", kind, MODELS)
-    seed = check_seed(seed)
+    seed = check_seed(seed, bits=64)
     import ipywidgets as W
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots

@@ -11,7 +11,7 @@ from torch.utils.data import default_collate
 from labkit.dataworkers.simulator import synthetic_trace
 from labkit.dataworkers.workloads import ImageClassifier, JpegDataset, Program, ctr_program, image_program
 
-SEED_MSG = r"seed={} is not accepted; expected an integer in \[0, 9223372036854775807\]"
+SEED_MSG = r"seed={} is not accepted; expected an integer in \[0, 2\*\*63\)"
 
 
 class Rows(torch.utils.data.Dataset):

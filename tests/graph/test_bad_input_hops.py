@@ -33,7 +33,7 @@ def test_partition_quality_refuses_owners_outside_the_parts_and_takes_whole_floa
 
 def test_streams_that_multi_hop_sampling_would_overflow_are_refused():
     from labkit.graph.datasets import user_item_graph
-    from labkit.graph.rng import SEED_MAX
+    from labkit.core.errors import SEED_MAX
     indptr, indices = np.array([0, 1, 2]), np.array([1, 0])
     top = SEED_MAX // 64 - 1  # hop h draws stream * 64 + h: the largest stream whose hops fit
     assert len(sample_multihop(indptr, indices, np.array([0]), [1, 1]).nodes) == 2
