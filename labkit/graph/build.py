@@ -295,16 +295,17 @@ def build_from_file(path: str | Path, num_nodes: int | None = None, *, reverse: 
     if num_nodes is not None:
         num_nodes = check_num_nodes(num_nodes, 1)
     if path.suffix == ".csv":
-        chunks = csv_edge_chunks(path, num_nodes=num_nodes, weight=weight)
+        reader = csv_edge_chunks
     elif path.suffix in (".parquet", ".pq"):
-        chunks = parquet_edge_chunks(path, num_nodes=num_nodes, weight=weight)
+        reader = parquet_edge_chunks
     else:
         raise bad_value("path", str(path), "a .csv or .parquet file")
+    chunks = reader(path, num_nodes=num_nodes, weight=weight)
     if reverse:
         fwd = chunks
         chunks = lambda: ((c[1], c[0], *c[2:]) for c in fwd())  # noqa: E731
-    if num_nodes is None:
-        n = count_nodes(chunks)
+    if num_nodes is None:  # counted over the ids alone: the weights are read (and checked) by the build
+        n = count_nodes(reader(path) if weight is not None else chunks)
         why = _too_big(n)
         if why is not None:
             raise ValueError(f"{path.name}: node id {n - 1} is not accepted; expected node ids a CSR can hold in "

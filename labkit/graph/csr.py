@@ -333,11 +333,12 @@ def _check_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int | None, offset
         if len(a) and a.min() < 0:
             pos = int(np.argmin(a))
             raise ValueError(f"{name}[{offset + pos}]={int(a[pos])} is not accepted; expected node ids >= 0")
-    top = int(max(src.max(), dst.max())) + 1 if len(src) else 0
+    smax, dmax = (int(src.max()), int(dst.max())) if len(src) else (-1, -1)
+    top = max(smax, dmax) + 1
     if num_nodes is None and len(src):
-        _check_implied(*(("src", src) if src.max() >= dst.max() else ("dst", dst)), offset, top)
+        _check_implied(*(("src", src) if smax >= dmax else ("dst", dst)), offset, top)
     if num_nodes is not None and top > num_nodes:
-        a, name = (src, "src") if len(src) and src.max() >= num_nodes else (dst, "dst")
+        a, name = (src, "src") if smax >= num_nodes else (dst, "dst")
         pos = int(np.argmax(a))
         raise ValueError(f"{name}[{offset + pos}]={int(a[pos])} is not accepted; expected node ids in [0, {num_nodes})")
     return top

@@ -329,8 +329,8 @@ class QueryRun:
     def __next__(self) -> QueryResult:
         b, batch = next(self._it)
         stream = self.epoch * _EPOCH_STREAMS + b
-        if self.q.edge_type is None:
-            return self.q.run(batch, seed=self.q._seed, stream=stream)
+        if self.q.edge_type is None:  # ids, seed and epoch were checked already: skip run()'s checks
+            return self.q._walk([batch], [self.q.node_type], self.q._seed, stream)
         return self.q._edges(*batch, seed=self.q._seed, stream=stream)
 
     next = __next__
