@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 STAGE_COLORS = {"sample": "#1f77b4", "gather": "#ff7f0e", "train": "#2ca02c"}
@@ -19,20 +18,14 @@ def split_explorer(ds, cfg, pre, seeds, *, budget_mib: tuple[int, int, int], spl
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    from labkit.core.errors import check_range
     from labkit.core.memory import MemoryBudget
     from labkit.disk.system import open_system
     from labkit.ui import slider_plot
+    from labkit.ui.widgets import slider_range
 
-    from labkit.core.errors import bad_value, check_range
-
-    if not isinstance(budget_mib, (tuple, list)) or len(budget_mib) != 3 or any(
-            isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in budget_mib) \
-            or not 0 <= budget_mib[0] <= budget_mib[1]:
-        raise bad_value("budget_mib", budget_mib, "(min, max, value) integer MiB with 0 <= min <= max "
-                        "(a value outside [min, max] starts at the nearer end)")
+    lo, hi, value = slider_range("budget_mib", budget_mib, 0, unit="integer MiB", clamp=True)
     check_range("split", split, 0.0, 1.0)
-    lo, hi, value = (int(v) for v in budget_mib)
-    value = min(max(value, lo), hi)
     controls = {"budget MiB": W.IntSlider(value=value, min=lo, max=hi, step=max(1, (hi - lo) // 20)),
                 "topology share": W.FloatSlider(value=split, min=0.0, max=1.0, step=0.05)}
     base = make_subplots(rows=1, cols=3, column_widths=[0.4, 0.3, 0.3], horizontal_spacing=0.1,

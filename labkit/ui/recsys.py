@@ -3,11 +3,11 @@ rate; the cache curve; operator counts, same-loss training and a watched trainin
 
 from __future__ import annotations
 
-import numbers
 import time
 from typing import Any
 
-from labkit.core.errors import bad_value, check_choice, check_range
+from labkit.core.errors import check_choice, check_range
+from labkit.ui.widgets import slider_range
 
 #: One colour per panel of :func:`technique_explorer` (the per-field baseline's bars are grey).
 TECH_COLORS = {"samples/s": "#1f77b4", "ops/step": "#ff7f0e", "hit rate": "#2ca02c"}
@@ -27,9 +27,9 @@ def technique_explorer(*, fields: tuple[int, int, int] = (8, 200, 26), batch: tu
     from labkit.core.errors import check_seed
     from labkit.recsys.models import MODELS
 
-    _check_slider("fields", fields, 1, 100_000)
-    _check_slider("batch", batch, 1, 10_000_000)
-    _check_slider("cache_pct", cache_pct, 0, 100)
+    slider_range("fields", fields, 1, 100_000)
+    slider_range("batch", batch, 1, 10_000_000)
+    slider_range("cache_pct", cache_pct, 0, 100)
     check_range("rows", rows, 1, integer=True)
     check_range("steps", steps, 1, 10_000, integer=True)
     check_choice("kind", kind, MODELS)
@@ -102,15 +102,6 @@ def technique_explorer(*, fields: tuple[int, int, int] = (8, 200, 26), batch: tu
         return out
 
     return slider_plot(controls, update, fig, title="PICASSO: switch the techniques on and off")
-
-
-def _check_slider(arg: str, triple, lo: int, hi: int) -> None:
-    """Refuse a slider's ``(min, max, value)`` unless it holds integers with lo <= min <= value <= max <= hi."""
-    ok = (isinstance(triple, (tuple, list)) and len(triple) == 3
-          and all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in triple)
-          and lo <= triple[0] <= triple[2] <= triple[1] <= hi)
-    if not ok:
-        raise bad_value(arg, triple, f"(min, max, value) integers with {lo} <= min <= value <= max <= {hi}")
 
 
 def cache_curve_explorer(stage, counts, batches, *, fractions=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4),

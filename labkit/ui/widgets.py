@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from labkit.core.errors import LabkitError
+from labkit.core.errors import LabkitError, bad_value
 
 
 @dataclass
@@ -41,6 +41,26 @@ class SliderState:
 #: bad values (ValueError), or memory running out. Anything else (a KeyError, an IndexError) is a
 #: bug in the callback and raises as usual.
 SHOWN_ERRORS = (ValueError, LabkitError, MemoryError)
+
+
+def slider_range(arg: str, triple: Any, lo: int = 0, hi: int | None = None, *, unit: str = "integers",
+                 clamp: bool = False) -> tuple[int, int, int]:
+    """Return a slider's ``(min, max, value)`` as ints if they are integers with lo <= min <= max (<= hi)
+    and min <= value <= max, else raise naming `arg` (before ipywidgets refuses it with a TraitError).
+
+    With `clamp`, a value outside [min, max] is moved to the nearer end instead of refused.
+    """
+    import numbers
+    ok = (isinstance(triple, (tuple, list)) and len(triple) == 3
+          and all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in triple))
+    if ok:
+        mn, mx, value = (int(x) for x in triple)
+        ok = lo <= mn <= mx and (hi is None or mx <= hi) and (clamp or mn <= value <= mx)
+    if not ok:
+        order = f"{lo} <= min <= " + ("max" if clamp else "value <= max") + ("" if hi is None else f" <= {hi}")
+        raise bad_value(arg, triple, f"(min, max, value) {unit} with {order}"
+                        + (" (a value outside [min, max] starts at the nearer end)" if clamp else ""))
+    return mn, mx, min(max(value, mn), mx)
 
 
 def _message(exc: BaseException) -> str:
