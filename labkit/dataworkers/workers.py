@@ -445,7 +445,9 @@ class ProcessWorkerPool:
             alive_active = [w for w in active if w.proc.is_alive()]
             if not self.respawn and self.stats.worker_deaths:
                 return  # with respawn off, the dead stay dead (the stream reports it)
-            for _ in range(self._target - len(alive_active)):
+            # A worker that died but is not yet buried still counts: the stream buries it (re-issuing
+            # its batches, counting the death) and only then may it be replaced, if respawn allows.
+            for _ in range(self._target - len(active)):
                 if len(self._workers) >= self.max_workers + 4:
                     break
                 self._spawn()

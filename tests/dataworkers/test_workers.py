@@ -148,7 +148,25 @@ def test_all_workers_dead_without_respawn_is_an_error(image_prog, split, no_leak
         with pytest.raises(WorkerError, match="every data worker has died"):
             for i, _ in enumerate(pool.stream(image_prog.batches(0) * 4)):
                 if i == 1:
-                    pool.kill_worker()
+                    # Wait for the death, so the pool sees the dead process before it buries it
+                    # (the order in which a replacement used to slip past respawn=False).
+                    pool._workers[pool.kill_worker()].proc.join(10)
+    assert pool.stats.spawned == 1 and pool.stats.worker_deaths == 1
+
+
+def test_a_dead_worker_is_replaced_once_buried_and_counted(image_prog, split, no_leaks):
+    keys = image_prog.batches(0) * 2
+    ref = reference(split, keys)
+    with ProcessWorkerPool(split.stateless, workers=1, respawn=True) as pool:
+        got = []
+        for i, b in enumerate(pool.stream(keys)):
+            if i == 1:
+                pool._workers[pool.kill_worker()].proc.join(10)
+                pool._maintain()  # not yet buried: no replacement before the death is counted
+                assert pool.stats.spawned == 1
+            got.append(b)
+        assert all(same(a, b) for a, b in zip(ref, got, strict=True))
+        assert (pool.stats.spawned, pool.stats.worker_deaths, pool.stats.respawned) == (2, 1, 1)
 
 
 def test_scaling_up_and_down(image_prog, split, no_leaks):
