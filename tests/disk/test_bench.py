@@ -14,7 +14,7 @@ def test_bench_ci_measures_every_claim():
     rep = registered()["disk"].run_bench("ci", progress=False)
     claims = {c.id: c for c in rep.claims}
     assert set(claims) == {"disk.speedup_naive", "disk.speedup_naive_gat", "disk.speedup_ginex",
-                           "disk.slowdown_vs_memory", "disk.tuner_gap"}
+                           "disk.slowdown_vs_memory", "disk.tuner_gap", "disk.peak_rss_vs_stated"}
     for cid, c in claims.items():
         assert c.measured is not None and math.isfinite(c.measured), cid
     assert claims["disk.tuner_gap"].measured >= 0  # the tuned split against the best of a sweep that holds it
@@ -27,3 +27,8 @@ def test_bench_ci_measures_every_claim():
         assert r[f"disk.{model}.caliex.setup_s_per_epoch_batch"] > 0
     assert any(n.startswith("disk.speedup_naive_gat: CaliEX's one-off setup") for n in rep.notes)
     assert 0 <= r["disk.hit_rate_features"] <= 1 and r["disk.read_amplification"] >= 1
+    # the overhead is stated before the run (a measured training working set plus the allowance)
+    assert r["disk.caliex.rss.training_working_set_mib"] > 0
+    assert r["disk.caliex.rss.stated_overhead_mib"] == pytest.approx(
+        r["disk.caliex.rss.training_working_set_mib"] + r["disk.caliex.rss.allocator_allowance_mib"])
+    assert claims["disk.peak_rss_vs_stated"].measured > 0
