@@ -23,15 +23,13 @@ from labkit.core.errors import bad_value, check_range, check_seed
 from labkit.graph.csr import CSR, build_csr, check_node_ids
 from labkit.graph.negative import negative_sample
 from labkit.graph.sampling import AliasTable, sample_neighbors, sample_weighted, topk_neighbors
-from labkit.graph.traverse import edge_batches, node_batches
+from labkit.graph.traverse import EPOCH_STREAMS, batch_stream, edge_batches, node_batches
 
 #: Strategies accepted by ``.by(...)`` after ``outV``/``inV``, and after ``outNeg``.
 HOP_STRATEGIES = ("random", "random_without_replacement", "edge_weight", "topk", "in_degree", "full")
 NEG_STRATEGIES = ("random", "in_degree")
 
 
-#: Streams an epoch of a query spans (batch b of epoch e draws stream e * _EPOCH_STREAMS + b).
-_EPOCH_STREAMS = 100003
 
 
 @dataclass
@@ -236,7 +234,7 @@ class Query:
 
     def values(self, epoch: int = 0) -> "QueryRun":
         """Return one epoch of this query's batches (iterate it, or call .next())."""
-        return QueryRun(self, check_seed(epoch, "epoch", per=_EPOCH_STREAMS * 64))
+        return QueryRun(self, check_seed(epoch, "epoch", per=EPOCH_STREAMS * 64))
 
     def run(self, seeds: np.ndarray, *, seed: int = 0, stream: int = 0) -> QueryResult:
         """Run the steps on explicit `seeds` (1-d node ids of the query's type; edge ids for E()); return the result."""
@@ -328,7 +326,7 @@ class QueryRun:
 
     def __next__(self) -> QueryResult:
         b, batch = next(self._it)
-        stream = self.epoch * _EPOCH_STREAMS + b
+        stream = batch_stream(self.epoch, b)
         if self.q.edge_type is None:  # ids, seed and epoch were checked already: skip run()'s checks
             return self.q._walk([batch], [self.q.node_type], self.q._seed, stream)
         return self.q._edges(*batch, seed=self.q._seed, stream=stream)

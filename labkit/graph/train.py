@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from labkit.core.errors import check_range
+from labkit.core.errors import check_range, check_seed
 from labkit.graph.sampling import MultiHopSample
-from labkit.graph.traverse import node_batches
+from labkit.graph.traverse import EPOCH_STREAMS, batch_stream, node_batches
 
 
 class SAGE(torch.nn.Module):
@@ -56,6 +56,7 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, sampler, sto
                 labels: np.ndarray, fanouts: list[int], batch_size: int, *, epoch: int = 0,
                 seed: int = 0, max_batches: int | None = None) -> EpochResult:
     """Train one epoch of shuffled mini-batches: sample through `sampler`, gather features from `store`."""
+    epoch = check_seed(epoch, "epoch", per=EPOCH_STREAMS * 64)  # batch b draws stream batch_stream(epoch, b)
     model.train()
     t_s = t_g = t_t = 0.0
     losses = []
@@ -65,7 +66,7 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, sampler, sto
         if max_batches is not None and b >= max_batches:
             break
         a = time.perf_counter()
-        s = sampler.sample(seeds, fanouts, seed=seed, stream=epoch * 100003 + b)
+        s = sampler.sample(seeds, fanouts, seed=seed, stream=batch_stream(epoch, b))
         c = time.perf_counter()
         x = torch.from_numpy(store.features(s.nodes))
         d = time.perf_counter()

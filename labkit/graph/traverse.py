@@ -9,6 +9,17 @@ import numpy as np
 from labkit.core.errors import bad_value, check_range, check_seed
 from labkit.graph.csr import CSR
 
+#: Random streams per epoch: batch b of epoch e samples with stream ``e * EPOCH_STREAMS + b``, so
+#: no batch of any epoch repeats another's draws (an epoch has far fewer than 2**32 batches).
+EPOCH_STREAMS = 2**32
+
+
+def batch_stream(epoch: int, batch: int) -> int:
+    """The random stream batch `batch` of epoch `epoch` samples with (distinct for every pair)."""
+    if not 0 <= batch < EPOCH_STREAMS:
+        raise bad_value("batch", batch, f"a batch index in [0, {EPOCH_STREAMS}): an epoch of fewer batches")
+    return epoch * EPOCH_STREAMS + batch
+
 
 def node_batches(ids: np.ndarray, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,
                  drop_last: bool = False) -> Iterator[np.ndarray]:

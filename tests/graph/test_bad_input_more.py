@@ -190,3 +190,13 @@ def test_query_shuffle_and_epoch_name_bad_values(typed):
         typed.V("user").outV("u2i").run(np.array([1]), seed=-1)
     res = typed.V("user").shuffle(3).batch(4).outV("u2i").sample(2).values(epoch=1).next()
     assert res[1].shape == (4, 2)
+
+
+def test_batch_streams_never_repeat_across_epochs():
+    from labkit.graph.traverse import EPOCH_STREAMS, batch_stream
+    # An epoch of more than 100003 batches used to draw epoch 1's first batch again (stream 100003).
+    assert batch_stream(0, 100003) != batch_stream(1, 0)
+    pairs = [(e, b) for e in (0, 1, 2) for b in (0, 1, 100003, EPOCH_STREAMS - 1)]
+    assert len({batch_stream(e, b) for e, b in pairs}) == len(pairs)
+    with pytest.raises(ValueError, match=r"batch=4294967296 is not accepted"):
+        batch_stream(0, EPOCH_STREAMS)
