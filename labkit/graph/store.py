@@ -21,9 +21,9 @@ worker; a sample is never returned with parts missing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import asyncio
 import time
+from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
@@ -35,6 +35,9 @@ from labkit.graph.importance import NeighborCache, gather_lists
 from labkit.graph.importance import _split as _split_hits
 from labkit.graph.partition import Partitioning
 from labkit.graph.sampling import MultiHopSample, _relabel, _reset, _sample_hop, check_fanout
+
+#: Seconds a round waits for a partition's reply before naming that partition in a StoreError.
+_REPLY_TIMEOUT_S = 60.0
 
 BACKENDS = ("embedded", "dask")
 
@@ -221,17 +224,24 @@ class PartitionedStore:
             from distributed.utils import sync
 
             async def gather():
+                async def one(fut):
+                    return await fut
+                tasks = {p: asyncio.ensure_future(one(fut)) for p, fut in pending.items()}
+                await asyncio.wait(tasks.values(), timeout=_REPLY_TIMEOUT_S)
                 got = {}
-                for p, fut in pending.items():
-                    try:
-                        got[p] = (True, await fut)
-                    except Exception as e:  # noqa: BLE001
-                        got[p] = (False, e)
+                for p, task in tasks.items():  # a reply still owed is its partition's error
+                    if not task.done():
+                        task.cancel()
+                        got[p] = (False, TimeoutError(f"no reply within {_REPLY_TIMEOUT_S} s"))
+                    elif task.exception() is not None:
+                        got[p] = (False, task.exception())
+                    else:
+                        got[p] = (True, task.result())
                 return got
 
             try:
-                got = sync(self.client.loop, gather, callback_timeout=60)
-            except Exception as e:  # noqa: BLE001 - e.g. the timeout: name the first partition waited on
+                got = sync(self.client.loop, gather, callback_timeout=_REPLY_TIMEOUT_S + 30)
+            except Exception as e:  # noqa: BLE001 - the client's loop itself failed: name the round's first partition
                 p = next(iter(pending))
                 raise self._error(p, method, groups[p], e) from e
             out = {}

@@ -91,7 +91,7 @@ def test_partitioned_store_embedded_with_cache(g):
 
 @pytest.mark.dask
 @pytest.mark.slow
-def test_dask_store_crosses_processes_and_fails_loudly(g):
+def test_dask_store_crosses_processes_and_fails_loudly(g, monkeypatch):
     from labkit.graph.store import close_cluster, local_cluster
     csr, csc, labels, x = g
     client = local_cluster(2)
@@ -100,6 +100,17 @@ def test_dask_store_crosses_processes_and_fails_loudly(g):
         assert len(set(st.addresses)) == 2
         _check_store(st, csr, x)
         assert st.stats.remote_calls >= 4 and st.stats.remote_bytes > 0
+        # A reply that never comes is named by its partition (not the round's first one).
+        import asyncio
+
+        from labkit.graph import store as store_mod
+
+        async def replied():
+            return np.empty(0)
+        with monkeypatch.context() as m:
+            m.setattr(store_mod, "_REPLY_TIMEOUT_S", 0.5)
+            with pytest.raises(StoreError, match="partition 1.*no reply within 0.5 s"):
+                st._collect("neighbors", {0: np.arange(3), 1: np.arange(3)}, {0: replied(), 1: asyncio.sleep(3600)})
         # Kill one worker process: the next fetch must raise, never return a partial answer.
         addr = st.addresses[1]
         pid = client.run(os.getpid, workers=[addr])[addr]
