@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -116,6 +117,7 @@ class MultiJobScheduler:
         check_range("interval", interval, 0, lo_open=True)
         self.jobs, self.cpus, self.interval = jobs, int(cpus), float(interval)
         self.plans: list[dict[str, int]] = []
+        self.errors: list[Exception] = []  # plans that failed in the background thread
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -131,7 +133,14 @@ class MultiJobScheduler:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
-            self.rebalance()
+            try:
+                self.rebalance()
+            except Exception as e:  # a failed plan is reported, and the next interval plans again
+                self.errors.append(e)
+                if len(self.errors) == 1:
+                    warnings.warn(f"MultiJobScheduler: re-planning failed ({type(e).__name__}: {e}); "
+                                  "it keeps trying every interval (all failures are in .errors)", RuntimeWarning,
+                                  stacklevel=1)
 
     def start(self) -> "MultiJobScheduler":
         self._thread = threading.Thread(target=self._loop, name="labkit-dw-scheduler", daemon=True)

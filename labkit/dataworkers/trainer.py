@@ -92,15 +92,30 @@ class RunStats:
         return n / (t1 - t0) if t1 > t0 else 0.0
 
 
+_THREADS_LOCK = threading.Lock()
+_THREADS = {"blocks": 0, "before": 0}
+
+
 @contextlib.contextmanager
 def torch_threads(n: int):
-    """Set torch's intra-op thread count for the duration of a block."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
+    """Set torch's intra-op thread count for the duration of a block.
+
+    The count is process-wide, and live jobs run their blocks in threads that overlap: the count
+    from before the first open block comes back when the last one closes (each block restoring
+    what it saw would leave one job's count behind when they end out of order).
+    """
+    with _THREADS_LOCK:
+        if _THREADS["blocks"] == 0:
+            _THREADS["before"] = torch.get_num_threads()
+        _THREADS["blocks"] += 1
+        torch.set_num_threads(n)
     try:
         yield
     finally:
-        torch.set_num_threads(old)
+        with _THREADS_LOCK:
+            _THREADS["blocks"] -= 1
+            if _THREADS["blocks"] == 0:
+                torch.set_num_threads(_THREADS["before"])
 
 
 def run(trainer: Trainer, batches: Iterable[Any], *, max_batches: int | None = None,

@@ -198,11 +198,16 @@ class ProcessWorkerPool:
         return {w.wid: w.proc.pid for w in list(self._workers.values()) if w.proc.pid}
 
     def kill_worker(self, wid: int | None = None) -> int:
-        """SIGKILL worker `wid` (default: the one holding most batches); returns the id killed."""
+        """SIGKILL worker `wid` (default: the active one holding most batches); returns the id killed.
+
+        The default never picks a worker being retired (one that may already have handed back all
+        its work, whose death would then count as a retirement, not a crash).
+        """
         live = [w for w in list(self._workers.values()) if w.proc.is_alive()]
         if not live:
             raise WorkerError("kill_worker: no live data worker to kill")
-        w = max(live, key=lambda x: len(x.inflight)) if wid is None else self._workers.get(wid)
+        active = [w for w in live if not w.retiring] or live
+        w = max(active, key=lambda x: len(x.inflight)) if wid is None else self._workers.get(wid)
         if w is None:
             raise ValueError(f"wid={wid!r} is not accepted; expected one of {', '.join(map(str, self._workers))}")
         with contextlib.suppress(ProcessLookupError):
@@ -220,7 +225,9 @@ class ProcessWorkerPool:
 
     def metrics(self) -> dict:
         """Snapshot for autoscalers and dashboards: workers, queue depth, per-worker throughput."""
-        per = {wid: dict(v) for wid, v in self.stats.per_worker.items()}
+        # A copy first: the stream's thread adds a worker's entry on its first reply, while an
+        # autoscaler or scheduler thread reads this.
+        per = {wid: dict(v) for wid, v in dict(self.stats.per_worker).items()}
         rates = [v["batches"] / v["busy_s"] for v in per.values() if v["busy_s"] > 0]
         return {"workers": self.num_workers, "target": self._target,
                 "in_flight": sum(len(w.inflight) for w in list(self._workers.values())),

@@ -161,3 +161,24 @@ def test_live_jobs_share_a_cpu_budget(image_prog, ctr_prog, no_leaks):
         finally:
             for pool in pools:
                 pool.close()
+
+
+def test_a_failed_plan_in_the_background_is_reported_and_planning_goes_on():
+    import time
+    a, b = FakePool(), FakePool()
+    calls = {"n": 0}
+
+    def flaky():
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("dictionary changed size during iteration")
+        return JobDemand("heavy", 1, 2.0, 10.0)
+
+    jobs = {"light": (a, lambda: JobDemand("light", 1, 10.0, 10.0)), "heavy": (b, flaky)}
+    s = MultiJobScheduler(jobs, cpus=6, interval=0.01)
+    with pytest.warns(RuntimeWarning, match="re-planning failed .RuntimeError: dictionary changed"):
+        with s:
+            deadline = time.monotonic() + 60
+            while not s.plans and time.monotonic() < deadline:
+                time.sleep(0.01)
+    assert len(s.errors) == 1 and s.plans[0] == {"light": 1, "heavy": 5} and b.target == 5

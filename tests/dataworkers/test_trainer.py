@@ -69,11 +69,16 @@ def test_cuda_step(image_prog):
     assert tr.label == "real model step on CUDA" and all(math.isfinite(x) for x in stats.losses)
 
 
-def _slow_batches(closed, gate=None):
-    """Endless batches, each after 0.2 s (or once `gate` is set); records when it is closed."""
+def _slow_batches(closed, gate=None, waiting=None):
+    """Endless batches, each after 0.2 s (or once `gate` is set); records when it is closed.
+
+    `waiting` (an Event) is set once the run is inside the iterator, waiting on `gate`.
+    """
     try:
         while True:
             if gate is not None:
+                if waiting is not None:
+                    waiting.set()
                 gate.wait()
             time.sleep(0.2)
             yield (torch.zeros(1, 1), torch.zeros(1, 1))
@@ -98,12 +103,27 @@ def test_live_job_stop_waits_until_the_run_has_ended(image_prog):
 
 def test_live_job_stop_that_times_out_says_so(image_prog):
     import threading
-    closed, gate = [], threading.Event()
+    closed, gate, waiting = [], threading.Event(), threading.Event()
     tr = Trainer(torch.nn.Linear(1, 1), torch.nn.functional.mse_loss, mode="emulated", emulated_step_s=0.01)
-    job = LiveJob(tr, _slow_batches(closed, gate)).start()  # stuck waiting for a batch
+    job = LiveJob(tr, _slow_batches(closed, gate, waiting)).start()
+    # Stop only once the run is stuck waiting for a batch: a stop set before its first batch
+    # would end it at once (as it should), and there would be no timeout to report.
+    assert waiting.wait(60)
     with pytest.raises(TimeoutError, match=r"timeout=0.2: the live job did not stop within 0.2 s"):
         job.stop(timeout=0.2)
     assert job.running
     gate.set()
     job.stop()
     assert not job.running and closed == [True]
+
+
+def test_overlapping_torch_thread_blocks_restore_the_count_from_before_the_first():
+    from labkit.dataworkers.trainer import torch_threads
+    before = torch.get_num_threads()
+    a, b = torch_threads(1), torch_threads(2)
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)  # two live jobs' threads, ending out of order
+    assert torch.get_num_threads() == 2  # b's block is still open
+    b.__exit__(None, None, None)
+    assert torch.get_num_threads() == before  # not a's 1, which b saw when it started

@@ -341,3 +341,11 @@ def test_killed_trainer_leaves_no_workers_or_shared_memory(dw_root):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_kill_worker_never_picks_a_worker_being_retired(split, no_leaks):
+    with ProcessWorkerPool(split.stateless, workers=2, max_workers=2) as pool:
+        pool.set_target(1)  # one of the two is now retiring
+        retiring = {w.wid for w in pool._workers.values() if w.retiring}
+        assert len(retiring) == 1
+        assert pool.kill_worker() not in retiring
