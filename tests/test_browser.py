@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -36,7 +37,7 @@ def jupyter_lab(tmp_path):
     port, token = _free_port(), secrets.token_hex(16)
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"), JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "ws"))
     cmd = [sys.executable, "-m", "jupyterlab", "--ip=127.0.0.1", f"--port={port}", "--no-browser",
-           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}", "--ServerApp.port_retries=0"]
+           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     log = open(tmp_path / "jupyter.log", "w")
@@ -45,9 +46,14 @@ def jupyter_lab(tmp_path):
         deadline = time.time() + 90
         while True:
             try:
+                # The port it really bound (it moves on if another process took ours meanwhile).
+                info = next((tmp_path / "rt").glob("jpserver-*.json"), None)
+                if info is None:
+                    raise FileNotFoundError("no server info yet")
+                port = json.loads(info.read_text())["port"]
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2)
                 break
-            except OSError:
+            except (OSError, ValueError, KeyError):
                 if proc.poll() is not None or time.time() > deadline:
                     raise RuntimeError("jupyter lab did not start:\n" + (tmp_path / "jupyter.log").read_text()[-3000:])
                 time.sleep(0.5)
