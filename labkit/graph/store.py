@@ -38,6 +38,12 @@ from labkit.graph.sampling import MultiHopSample, _relabel, _reset, _sample_hop,
 
 #: Seconds a round waits for a partition's reply before naming that partition in a StoreError.
 _REPLY_TIMEOUT_S = 60.0
+#: Seconds between checks, while replies are late, that each partition's worker is still in the cluster.
+_LIVENESS_S = 1.0
+
+
+class WorkerGone(ConnectionError):
+    """A partition's Dask worker left the cluster while a round waited for its reply."""
 
 BACKENDS = ("embedded", "dask")
 
@@ -227,12 +233,28 @@ class PartitionedStore:
                 async def one(fut):
                     return await fut
                 tasks = {p: asyncio.ensure_future(one(fut)) for p, fut in pending.items()}
-                await asyncio.wait(tasks.values(), timeout=_REPLY_TIMEOUT_S)
+                gone: dict[int, str] = {}
+                deadline = time.monotonic() + _REPLY_TIMEOUT_S
+                while True:  # a round normally ends in the first wait, in milliseconds
+                    _, waiting = await asyncio.wait(tasks.values(), timeout=min(_LIVENESS_S, _REPLY_TIMEOUT_S))
+                    if not waiting or time.monotonic() >= deadline:
+                        break
+                    # Replies are late: a worker that left the cluster will never send its own
+                    # (its actor's reply can wait forever), so fail its partition now.
+                    try:
+                        workers = set((await self.client.scheduler.identity(n_workers=-1))["workers"])
+                    except Exception:  # noqa: BLE001 - the scheduler did not answer: keep waiting
+                        continue
+                    gone = {p: self.addresses[p] for p, t in tasks.items()
+                            if not t.done() and self.addresses[p] not in workers}
+                    if gone:
+                        break
                 got = {}
                 for p, task in tasks.items():  # a reply still owed is its partition's error
                     if not task.done():
                         task.cancel()
-                        got[p] = (False, TimeoutError(f"no reply within {_REPLY_TIMEOUT_S} s"))
+                        got[p] = (False, WorkerGone(f"its worker {gone[p]} left the cluster") if p in gone
+                                  else TimeoutError(f"no reply within {_REPLY_TIMEOUT_S} s"))
                     elif task.exception() is not None:
                         got[p] = (False, task.exception())
                     else:

@@ -2,6 +2,7 @@
 
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -111,6 +112,13 @@ def test_dask_store_crosses_processes_and_fails_loudly(g, monkeypatch):
             m.setattr(store_mod, "_REPLY_TIMEOUT_S", 0.5)
             with pytest.raises(StoreError, match="partition 1.*no reply within 0.5 s"):
                 st._collect("neighbors", {0: np.arange(3), 1: np.arange(3)}, {0: replied(), 1: asyncio.sleep(3600)})
+        # A reply owed by a worker that left the cluster fails at once (its actor's reply can wait forever).
+        t0 = time.monotonic()
+        with monkeypatch.context() as m:
+            m.setattr(st, "addresses", [st.addresses[0], "tcp://127.0.0.1:9"])  # no such worker
+            with pytest.raises(StoreError, match=r"partition 1 .*WorkerGone: its worker tcp://127.0.0.1:9 left"):
+                st._collect("neighbors", {0: np.arange(3), 1: np.arange(3)}, {0: replied(), 1: asyncio.sleep(3600)})
+        assert time.monotonic() - t0 < 30  # seconds, not the 60 s reply deadline
         # Kill one worker process: the next fetch must raise, never return a partial answer.
         addr = st.addresses[1]
         pid = client.run(os.getpid, workers=[addr])[addr]
