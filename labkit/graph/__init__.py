@@ -8,7 +8,7 @@ Graph core (stable signatures; CaliEX reuses them):
                                   without replacement (O(k) per row), alias (edge-weight), top-k, multi-hop
 
 AliGraph's parts:
-- :mod:`labkit.graph.partition`   hash and LDG partitioning, edge cut and balance
+- :mod:`labkit.graph.partition`   hash, LDG and Fennel partitioning, edge cut and balance
 - :mod:`labkit.graph.importance`  Imp_k = D_in^k / D_out^k, the cache plan and the neighbour cache
 - :mod:`labkit.graph.store`       in-process and partitioned stores (embedded or Dask actors), store sampler
 - :mod:`labkit.graph.traverse`, :mod:`labkit.graph.negative`  TRAVERSE and NEGATIVE operators
