@@ -23,13 +23,11 @@ from labkit.core.errors import bad_value, check_range, check_seed
 from labkit.graph.csr import CSR, build_csr, check_node_ids
 from labkit.graph.negative import negative_sample
 from labkit.graph.sampling import AliasTable, sample_neighbors, sample_weighted, topk_neighbors
-from labkit.graph.traverse import EPOCH_STREAMS, batch_stream, edge_batches, node_batches
+from labkit.graph.traverse import batch_stream, check_epoch, edge_batches, node_batches
 
 #: Strategies accepted by ``.by(...)`` after ``outV``/``inV``, and after ``outNeg``.
 HOP_STRATEGIES = ("random", "random_without_replacement", "edge_weight", "topk", "in_degree", "full")
 NEG_STRATEGIES = ("random", "in_degree")
-
-
 
 
 @dataclass
@@ -234,7 +232,7 @@ class Query:
 
     def values(self, epoch: int = 0) -> "QueryRun":
         """Return one epoch of this query's batches (iterate it, or call .next())."""
-        return QueryRun(self, check_seed(epoch, "epoch", per=EPOCH_STREAMS * 64))
+        return QueryRun(self, check_epoch(epoch))
 
     def run(self, seeds: np.ndarray, *, seed: int = 0, stream: int = 0) -> QueryResult:
         """Run the steps on explicit `seeds` (1-d node ids of the query's type; edge ids for E()); return the result."""

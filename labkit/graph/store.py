@@ -245,8 +245,8 @@ class PartitionedStore:
                         workers = set((await self.client.scheduler.identity(n_workers=-1))["workers"])
                     except Exception:  # noqa: BLE001 - the scheduler did not answer: keep waiting
                         continue
-                    gone = {p: self.addresses[p] for p, t in tasks.items()
-                            if not t.done() and self.addresses[p] not in workers}
+                    gone = {p: self.addresses[p] for p, task in tasks.items()
+                            if not task.done() and self.addresses[p] not in workers}
                     if gone:
                         break
                 got = {}

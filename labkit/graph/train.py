@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from labkit.core.errors import check_range, check_seed
+from labkit.core.errors import check_range
 from labkit.graph.sampling import MultiHopSample
-from labkit.graph.traverse import EPOCH_STREAMS, batch_stream, node_batches
+from labkit.graph.traverse import batch_stream, check_epoch, node_batches
 
 
 class SAGE(torch.nn.Module):
@@ -56,7 +56,7 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, sampler, sto
                 labels: np.ndarray, fanouts: list[int], batch_size: int, *, epoch: int = 0,
                 seed: int = 0, max_batches: int | None = None) -> EpochResult:
     """Train one epoch of shuffled mini-batches: sample through `sampler`, gather features from `store`."""
-    epoch = check_seed(epoch, "epoch", per=EPOCH_STREAMS * 64)  # batch b draws stream batch_stream(epoch, b)
+    epoch = check_epoch(epoch)  # batch b draws stream batch_stream(epoch, b)
     model.train()
     t_s = t_g = t_t = 0.0
     losses = []

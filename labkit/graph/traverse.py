@@ -14,6 +14,11 @@ from labkit.graph.csr import CSR
 EPOCH_STREAMS = 2**32
 
 
+def check_epoch(epoch) -> int:
+    """Return `epoch` as an int if its batches' streams (:func:`batch_stream`, 64 per hop) fit the kernels' keys."""
+    return check_seed(epoch, "epoch", per=EPOCH_STREAMS * 64)
+
+
 def batch_stream(epoch: int, batch: int) -> int:
     """The random stream batch `batch` of epoch `epoch` samples with (distinct for every pair)."""
     if not 0 <= batch < EPOCH_STREAMS:

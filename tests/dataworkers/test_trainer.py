@@ -119,11 +119,15 @@ def test_live_job_stop_that_times_out_says_so(image_prog):
 
 def test_overlapping_torch_thread_blocks_restore_the_count_from_before_the_first():
     from labkit.dataworkers.trainer import torch_threads
-    before = torch.get_num_threads()
-    a, b = torch_threads(1), torch_threads(2)
-    a.__enter__()
-    b.__enter__()
-    a.__exit__(None, None, None)  # two live jobs' threads, ending out of order
-    assert torch.get_num_threads() == 2  # b's block is still open
-    b.__exit__(None, None, None)
-    assert torch.get_num_threads() == before  # not a's 1, which b saw when it started
+    saved = torch.get_num_threads()
+    torch.set_num_threads(3)  # neither block's count, so a wrong restore shows on any machine
+    try:
+        a, b = torch_threads(1), torch_threads(2)
+        a.__enter__()
+        b.__enter__()
+        a.__exit__(None, None, None)  # two live jobs' threads, ending out of order
+        assert torch.get_num_threads() == 2  # b's block is still open
+        b.__exit__(None, None, None)
+        assert torch.get_num_threads() == 3  # not a's 1, which b saw when it started
+    finally:
+        torch.set_num_threads(saved)
