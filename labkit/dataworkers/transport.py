@@ -21,14 +21,37 @@ import torch
 _ALIGN = 64
 
 
+def dense_order(t: torch.Tensor) -> tuple[int, ...] | None:
+    """Return the dim order in which `t`'s elements lie densely in memory, outermost first.
+
+    ``t.permute(order)`` is then contiguous: the memory `t` covers, read in that order, holds each
+    element once with no gaps. None where no such order exists (gaps, overlaps or broadcast
+    strides); the identity order for a contiguous tensor.
+    """
+    order = tuple(sorted(range(t.dim()), key=lambda d: (-t.stride(d), -t.size(d))))
+    return order if t.permute(order).is_contiguous() else None
+
+
 def flatten(batch: Any) -> tuple[Any, list[np.ndarray]]:
-    """Return (layout, arrays): the batch's tree shape with array leaves replaced by indices."""
+    """Return (layout, arrays): the batch's tree shape with array leaves replaced by indices.
+
+    A tensor whose elements lie densely in some dim order (contiguous, channels-last or any other
+    permutation) travels in that physical order and comes back with the same strides, so the
+    trainer sees the memory format the program produced (a convolution's speed depends on it);
+    other tensors travel as contiguous copies.
+    """
     arrays: list[np.ndarray] = []
 
     def walk(x: Any) -> Any:
         if isinstance(x, torch.Tensor):
-            arrays.append(x.detach().cpu().contiguous().numpy())
-            return ("t", len(arrays) - 1)
+            x = x.detach().cpu()
+            order = dense_order(x)
+            if order is None or order == tuple(range(x.dim())):
+                arrays.append(x.contiguous().numpy())
+                return ("t", len(arrays) - 1)
+            arrays.append(x.permute(order).numpy())
+            inverse = tuple(sorted(range(x.dim()), key=order.__getitem__))
+            return ("tp", (len(arrays) - 1, inverse))
         if isinstance(x, np.ndarray):
             arrays.append(x if x.flags.c_contiguous else x.copy(order="C"))
             return ("n", len(arrays) - 1)
@@ -48,6 +71,9 @@ def unflatten(layout: Any, arrays: list[np.ndarray]) -> Any:
     kind, v = layout
     if kind == "t":
         return torch.from_numpy(arrays[v])
+    if kind == "tp":
+        i, inverse = v
+        return torch.from_numpy(arrays[i]).permute(inverse)
     if kind == "n":
         return arrays[v]
     if kind == "tuple":

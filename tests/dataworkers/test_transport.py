@@ -9,7 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.dataworkers.transport import SlotMapper, SlotPool, flatten, pack, packed_size, slots_of, unflatten, unpack
+from labkit.dataworkers.transport import (SlotMapper, SlotPool, dense_order, flatten, pack, packed_size, slots_of,
+                                         unflatten, unpack)
 
 DTYPES = [np.float32, np.int64, np.uint8, np.float64, np.int16]
 
@@ -43,3 +44,31 @@ def test_slots_are_owned_and_unlinked():
     assert len(slots_of(os.getpid())) == 2
     pool.close()
     assert slots_of(os.getpid()) == []
+
+
+def _round_trip(batch):
+    layout, arrays = flatten(batch)
+    buf = bytearray(packed_size(arrays) + 64)
+    specs = pack(memoryview(buf), arrays)
+    return unflatten(layout, unpack(memoryview(buf), specs))
+
+
+def test_dense_tensors_keep_their_memory_format():
+    x = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(2, 4, 5, 3).permute(0, 3, 1, 2)  # channels-last
+    assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    t = torch.arange(12.0).reshape(3, 4).t()
+    one = torch.zeros(2, 1, 3).permute(2, 1, 0)  # a size-1 dim's stride is arbitrary
+    y, tt, o = _round_trip((x, t, one))
+    assert torch.equal(y, x) and y.stride() == x.stride()
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(tt, t) and tt.stride() == t.stride()
+    assert torch.equal(o, one) and o.shape == one.shape
+
+
+def test_gapped_and_broadcast_tensors_travel_as_contiguous_copies():
+    gapped = torch.arange(40.0).reshape(5, 8)[:, ::2]
+    broadcast = torch.arange(3.0).expand(4, 3)
+    assert dense_order(gapped) is None and dense_order(broadcast) is None
+    g, b = _round_trip([gapped, broadcast])
+    assert torch.equal(g, gapped) and g.is_contiguous()
+    assert torch.equal(b, broadcast) and b.is_contiguous()
