@@ -24,5 +24,38 @@ def test_bench_ci_measures_every_claim(dw_root, monkeypatch, no_leaks):
     for cid in ("dw.speedup_monolithic", "dw.vs_dataloader_best", "dw.autoscale_fraction_of_best"):
         if claims[cid].passed is False:
             assert any(cid in n for n in report.notes), (cid, report.notes)
+    # CPU per batch of the whole process tree, and the speedup that CPU time allows on these cores
+    r = report.results
+    assert r["cpu_ms_per_batch_monolithic"] > 0 and r["cpu_ms_per_batch_goldminer_autoscaled"] > 0
+    assert r["goldminer_cpu_bound_vs_monolithic"] > 0
     names = {n for c in report.comparisons for n in c.names}
     assert {"monolithic", "goldminer_autoscaled", "static_workers1", "dataloader_nw1"} <= names
+
+
+
+BUSY = "import sys, time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\nsys.stdin.read()"
+
+
+def test_metered_counts_the_cpu_of_child_processes():
+    import subprocess
+    import sys
+    import time
+
+    from labkit.dataworkers.bench import metered
+    from labkit.dataworkers.workers import process_cpu_seconds
+
+    children = []
+
+    def start_busy_child() -> None:  # a child that burns 0.3 s of CPU and is still alive when the meter reads
+        p = subprocess.Popen([sys.executable, "-c", BUSY], stdin=subprocess.PIPE)
+        children.append(p)
+        while (process_cpu_seconds(p.pid) or 0) < 0.3:
+            time.sleep(0.01)
+
+    used: list[float] = []
+    try:
+        metered(start_busy_child, used)()
+    finally:
+        for p in children:
+            p.communicate(b"")
+    assert len(used) == 1 and used[0] >= 0.25
