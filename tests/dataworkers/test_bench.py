@@ -32,7 +32,6 @@ def test_bench_ci_measures_every_claim(dw_root, monkeypatch, no_leaks):
     assert {"monolithic", "goldminer_autoscaled", "static_workers1", "dataloader_nw1"} <= names
 
 
-
 BUSY = "import sys, time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\nsys.stdin.read()"
 
 
