@@ -29,12 +29,12 @@ job) every step is judged on its gain in rate.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from labkit.core.errors import check_range
+from labkit.core.machine import cores as machine_cores
 
 
 @dataclass
@@ -106,7 +106,7 @@ class Autoscaler:
         check_range("saturation", self.saturation, 0, 1, lo_open=True)
         check_range("stall_cut", self.stall_cut, 0, 1)
         if self.cpus is None:
-            self.cpus = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+            self.cpus = float(machine_cores())
         check_range("cpus", self.cpus, 0, lo_open=True)
         self._cpu = self.job_cpu if self.job_cpu is not None else JobCpu(self.pool)
         self._cpu.sample()  # the baseline the first window is measured against

@@ -26,6 +26,7 @@ import warnings
 from typing import Any
 
 from labkit.core.bench import Bench, Claim
+from labkit.core.machine import cores as machine_cores
 from labkit.core.systems import System, register
 
 CLAIMS = [
@@ -225,7 +226,7 @@ def bench(b: Bench) -> None:
         for n in cpu_ms:
             b.record(f"cpu_ms_per_batch_{n}", cpu_ms[n])
         # The most GoldMiner could gain with the CPU time it spends, spread perfectly over the cores.
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        cores = machine_cores()
         cpu_bound = c.median(mono) / (cpu_ms["goldminer_autoscaled"] * jobs / 1e3 / cores)
         b.record("goldminer_cpu_bound_vs_monolithic", cpu_bound)
         if b.claims["dw.speedup_monolithic"].passed is False:
