@@ -83,7 +83,10 @@ def build_comparison(params: RMatParams, *, repeats: int = 3, chunk_edges: int =
         repeats=repeats, warmup=1, work=m, work_unit="edges")
     rows = [{"builder": "labkit streamed (2 passes, edges generated twice)", "seconds": t_stream,
              "edges_per_s": m / t_stream, "runs": 1}]
-    for name, label in (("labkit_build_csr", "labkit in memory"), ("scipy_coo_tocsr", "scipy COO->CSR")):
+    import numba
+    threads = numba.get_num_threads()
+    for name, label in (("labkit_build_csr", f"labkit in memory ({threads} thread{'s' * (threads > 1)})"),
+                        ("scipy_coo_tocsr", "scipy COO->CSR (1 thread)")):
         rows.append({"builder": label, "seconds": c.median(name), "edges_per_s": c.throughput(name),
                      "runs": repeats})
     return BuildComparison(rows, c.ratio("scipy_coo_tocsr", "labkit_build_csr"), c.throughput("labkit_build_csr"),

@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from labkit.core.machine import reset_peak_rss
 from labkit.graph.bench import CLAIMS, SYSTEM
 
 
@@ -16,12 +17,17 @@ def test_bench_ci_measures_every_claim():
                    "graph.sample_speedup_torch", "graph.sample_noreplace_fraction",
                    "graph.cache_epoch_speedup", "graph.cache_hit_rate"}
     for c in report.claims:
-        if c.id == "graph.build_peak_mem_ratio" and c.measured is None:
+        if c.id == "graph.build_peak_mem_ratio" and not reset_peak_rss():
             continue  # peak RSS needs /proc clear_refs, absent on some kernels
         assert c.measured is not None and math.isfinite(c.measured) and c.measured > 0, c.id
     r = report.results
     assert 0 < r["graph.cache_hit_rate"] < 1 and 0 < r["graph.cache_vertices_fraction"] <= 0.2
     assert r["graph.remote_ids_saved_fraction"] > 0  # the cache really kept fetches local
+    build = next(c for c in report.comparisons if c.case.startswith("build CSR, R-MAT"))
+    assert set(build.times) == {"scipy_coo_tocsr", "labkit_build_csr", "labkit_build_csr@1"}
+    assert r["graph.build_speedup_scipy_1thread"] == build.ratio("scipy_coo_tocsr", "labkit_build_csr@1") > 0
+    assert r["graph.build_threads"] >= 1
+    assert any("labkit_build_csr@1" in n for n in report.notes)  # the thread counts are said, pass or miss
     assert {c.case.split(",")[0] for c in report.comparisons} >= {"build CSR", "sample [15", "epoch of 4 batches x 512"}
     cases = {c.case: c for c in report.comparisons}
     assert all(len(c.times[n]) >= 1 for c in cases.values() for n in c.names)

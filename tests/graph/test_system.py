@@ -2,7 +2,6 @@
 
 import os
 import signal
-import time
 
 import numpy as np
 import pytest
@@ -112,13 +111,12 @@ def test_dask_store_crosses_processes_and_fails_loudly(g, monkeypatch):
             m.setattr(store_mod, "_REPLY_TIMEOUT_S", 0.5)
             with pytest.raises(StoreError, match="partition 1.*no reply within 0.5 s"):
                 st._collect("neighbors", {0: np.arange(3), 1: np.arange(3)}, {0: replied(), 1: asyncio.sleep(3600)})
-        # A reply owed by a worker that left the cluster fails at once (its actor's reply can wait forever).
-        t0 = time.monotonic()
+        # A reply owed by a worker that left the cluster fails at once (its actor's reply can wait forever):
+        # the message names the departure, not the reply deadline ("no reply within").
         with monkeypatch.context() as m:
             m.setattr(st, "addresses", [st.addresses[0], "tcp://127.0.0.1:9"])  # no such worker
             with pytest.raises(StoreError, match=r"partition 1 .*WorkerGone: its worker tcp://127.0.0.1:9 left"):
                 st._collect("neighbors", {0: np.arange(3), 1: np.arange(3)}, {0: replied(), 1: asyncio.sleep(3600)})
-        assert time.monotonic() - t0 < 30  # seconds, not the 60 s reply deadline
         # Kill one worker process: the next fetch must raise, never return a partial answer.
         addr = st.addresses[1]
         pid = client.run(os.getpid, workers=[addr])[addr]
@@ -336,7 +334,10 @@ def test_build_comparison_uses_the_bench_harness():
     calls = []
     r = build_comparison(p, repeats=2, chunk_edges=1 << 12, progress=calls.append)
     assert sum(calls) == 2 * p.num_edges  # two passes over the stream
-    assert [row["builder"] for row in r.rows][1:] == ["labkit in memory", "scipy COO->CSR"]
+    import numba
+    t = numba.get_num_threads()
+    assert [row["builder"] for row in r.rows][1:] == [f"labkit in memory ({t} thread{'s' * (t > 1)})",
+                                                       "scipy COO->CSR (1 thread)"]
     assert all(row["seconds"] > 0 and row["edges_per_s"] > 0 for row in r.rows)
     assert sorted(r.comparison.times) == ["labkit_build_csr", "scipy_coo_tocsr"]
     assert all(len(t) == 2 for t in r.comparison.times.values())
