@@ -273,8 +273,12 @@ def bench(b: Bench) -> None:
         pred = next((p["total"] for p in curve if abs(p["f"] - f) < 1e-9), float("nan"))
         b.record(f"disk.tuner.measured_s_f{f:.2f}", ct.median(f"f={f:.2f}") / k)
         b.record(f"disk.tuner.predicted_s_f{f:.2f}", pred)
-    best = min(ct.names, key=ct.median)
-    b.measure("disk.tuner_gap", ct.ratio(f"f={tuned:.2f}", best) - 1.0)
+    # The best split is the one the tuned split loses to most, by the same statistic the gap reports
+    # (the median of per-round ratios; the tuned split is in the sweep, so the gap is never below 0).
+    mine = f"f={tuned:.2f}"
+    best = max(ct.names, key=lambda n: ct.ratio(mine, n))
+    b.measure("disk.tuner_gap", ct.ratio(mine, best) - 1.0)
+    b.record("disk.tuner.split", tuned)
     b.log(f"tuner: split {tuned:.2f}, best measured {best}")
 
     # GAT: naive vs CaliEX on its own mini-batches.
@@ -382,6 +386,14 @@ def bench(b: Bench) -> None:
            f"{rss['allocator_allowance'] / 2**20:.0f} MiB for allocator slack and thread working arrays "
            f"(labkit.disk.rss.ALLOCATOR_ALLOWANCE): a bound of {rss['bound'] / 2**20:.0f} MiB with the budget and "
            "the model, which disk.peak_rss_vs_stated checks against the larger of the two peaks.")
+    bare = rss["bound"] - rss["allocator_allowance"]
+    bare_ratio = max(rss["growth"], rss["setup_growth"]) / bare
+    b.record("disk.caliex.rss.over_bound_without_allowance", bare_ratio)
+    b.note(f"disk.peak_rss_vs_stated: without the allowance (budget + model + training working set, "
+           f"{bare / 2**20:.0f} MiB) the ratio is {bare_ratio:.2f}"
+           + (", so the allowance, a constant stated from earlier runs at the small profile rather than measured "
+              "in this one, decides the verdict." if bare_ratio > 1 else ": the verdict holds without it."),
+           claim="disk.peak_rss_vs_stated")
 
 
 register(System("disk", "CaliEX", "CaliEX: disk-based GNN training with joint caching and execution (ICDE 2025)",
