@@ -13,14 +13,15 @@ import datetime as _dt
 import gc
 import json
 import math
+import re
 import statistics
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from labkit.core.errors import check_choice, check_range
-from labkit.core.machine import machine_info, reset_peak_rss, rss_bytes
+from labkit.core.errors import bad_value, check_choice, check_range
+from labkit.core.machine import machine_info, release_free_memory, reset_peak_rss, rss_bytes
 from labkit.core.profiles import check_profile
 
 _OPS = {">=": lambda m, t: m >= t, "<=": lambda m, t: m <= t, "==": lambda m, t: m == t}
@@ -283,7 +284,8 @@ class Bench:
 
         The first contender is the baseline the table's speedup column is relative to.
         `min_sample_s` batches very fast calls so one sample lasts at least that long.
-        With `memory`, each contender's peak RSS growth during a call is recorded.
+        With `memory`, each contender's peak RSS growth during a call is recorded (freed heap memory is
+        handed back to the OS before each call, so reused pages do not hide the growth).
         `work` (e.g. edges, tokens) gives throughput columns.
         """
         check_range("repeats", repeats, 1, integer=True)
@@ -304,6 +306,9 @@ class Bench:
             for n in order:
                 if memory:
                     gc.collect()
+                    # Freed heap pages still resident would serve the contender's allocations without
+                    # raising the peak: hand them back first, so its growth is its own.
+                    release_free_memory()
                     ok = reset_peak_rss()
                     before, _ = rss_bytes()
                 times[n].append(self._time(contenders[n], number[n]))
@@ -372,6 +377,37 @@ BEGIN = "<!-- labkit-bench:{key} begin -->"
 END = "<!-- labkit-bench:{key} end -->"
 
 
+_MARKER = re.compile(r"<!-- labkit-bench:(\S+) (begin|end) -->")
+
+
+def _check_markers(text: str, arg: str, path: str) -> None:
+    """Refuse a file whose sections are not whole: each key's begin marker, then its end, once.
+
+    Recording replaces the text between a key's markers; with a marker missing, repeated or out
+    of order that span could cut across other sections or hand-written notes.
+    """
+    seen, open_key = set(), None
+    for m in _MARKER.finditer(text):
+        key, kind = m.group(1), m.group(2)
+        line = text.count("\n", 0, m.start()) + 1
+        if kind == "begin" and open_key is None and key not in seen:
+            open_key = key
+            continue
+        if kind == "end" and open_key == key:
+            seen.add(key)
+            open_key = None
+            continue
+        what = (f"section {key!r} begins again" if kind == "begin" and key in seen else
+                f"section {key!r} begins inside section {open_key!r}" if kind == "begin" else
+                f"section {key!r} ends without its begin marker")
+        raise bad_value(arg, path, f"a benchmarks file whose labkit-bench sections each have one begin and one "
+                        f"end marker, in order; line {line}: {what} (mend the markers by hand; nothing was written)")
+    if open_key is not None:
+        raise bad_value(arg, path, f"a benchmarks file whose labkit-bench sections each have one begin and one "
+                        f"end marker, in order; section {open_key!r} has no end marker (mend the markers by "
+                        "hand; nothing was written)")
+
+
 def update_benchmarks_md(path: str, key: str | None = None, markdown: str | None = None, *, top: bool = False,
                          sections: Iterable[tuple[str, str, bool]] | None = None, force: bool = False,
                          arg: str = "path") -> None:
@@ -393,7 +429,6 @@ def update_benchmarks_md(path: str, key: str | None = None, markdown: str | None
     from pathlib import Path
 
     from labkit.core.atomic import atomic_write_text
-    from labkit.core.errors import bad_value
     if sections is None:
         if key is None or markdown is None:
             raise TypeError("update_benchmarks_md() needs `key` and `markdown`, or `sections`")
@@ -415,6 +450,10 @@ def update_benchmarks_md(path: str, key: str | None = None, markdown: str | None
             hint = "--force" if arg.startswith("--") else "force=True"
             raise bad_value(arg, str(path), "a benchmarks file (titled '# Benchmarks' or holding labkit-bench "
                             f"sections), an empty file or a new path; pass {hint} to write into it anyway")
+        if p.exists() and not p.stat().st_mode & 0o222 and not force:
+            hint = "--force" if arg.startswith("--") else "force=True"
+            raise bad_value(arg, str(path), f"a writable file (this one is read-only; make it writable or pass {hint})")
+        _check_markers(text, arg, str(path))
         if not sections:
             return
         if not text.strip():

@@ -36,13 +36,25 @@ def test_ratio_is_pairwise_median():
     assert c.ratio("a", "b") == pytest.approx(1.0)  # ratios 2, 1, 0.5 -> median 1
 
 
+def _touch_fresh_pages(nbytes: int) -> None:
+    # An anonymous mapping, written: pages the kernel must hand over now. (A malloc'd array may reuse
+    # freed pages that are still resident after earlier tests, which raises no peak at all.)
+    import mmap
+    m = mmap.mmap(-1, nbytes)
+    try:
+        for off in range(0, nbytes, mmap.PAGESIZE):
+            m[off] = 1
+    finally:
+        m.close()
+
+
 def test_memory_records_peak_growth():
-    import numpy as np
     b = Bench("toy", "ci", progress=False)
-    c = b.compare("alloc", {"big": lambda: np.ones(50_000_000, np.uint8).sum(),
+    c = b.compare("alloc", {"big": lambda: _touch_fresh_pages(50_000_000),
                             "none": lambda: None}, repeats=2, memory=True)
-    if not c.peak_mem["big"]:
-        pytest.skip("peak memory is not measurable here")
+    from labkit.core.machine import reset_peak_rss
+    if not reset_peak_rss():
+        pytest.skip("peak RSS cannot be reset here (/proc/self/clear_refs)")
     assert c.peak_mem["big"] > 30e6
     assert c.peak_mem["none"] < c.peak_mem["big"]
 
@@ -222,3 +234,33 @@ def test_update_benchmarks_md_refuses_a_file_that_is_not_a_benchmarks_file(tmp_p
     assert empty.read_text().startswith("# Benchmarks") and "table A" in titled.read_text()
     update_benchmarks_md(str(tmp_path / "new.md"), sections=[])
     assert not (tmp_path / "new.md").exists()  # a check writes nothing
+
+
+@pytest.mark.parametrize("broken", [
+    "{b_spmm}\nold spmm\n\n{b_graph}\ng\n{e_graph}\n\nMy notes\n",   # spmm never ends
+    "{b_graph}\ng\n{e_graph}\n{e_spmm}\n\nMy notes\n",               # an end with no begin
+    "{b_spmm}\na\n{e_spmm}\n{b_spmm}\nb\n{e_spmm}\n\nMy notes\n",     # the same section twice
+])
+def test_record_refuses_a_file_whose_markers_are_broken_and_leaves_it_alone(tmp_path, broken):
+    from labkit.core.bench import BEGIN, END
+    marks = {f"{x}_{k}": f.format(key=f"{k}:small") for x, f in (("b", BEGIN), ("e", END)) for k in ("spmm", "graph")}
+    p = tmp_path / "BENCHMARKS.md"
+    text = "# Benchmarks\n\n" + broken.format(**marks)
+    p.write_text(text)
+    for key in ("spmm:small", "graph:small", "disk:small"):
+        with pytest.raises(ValueError, match=r"--record=.*BENCHMARKS.md.*one begin and one end marker.*nothing was written"):
+            update_benchmarks_md(str(p), key, "### new", arg="--record")
+    assert p.read_text() == text
+
+
+def test_record_refuses_a_read_only_file_unless_forced(tmp_path):
+    import os
+    p = tmp_path / "BENCHMARKS.md"
+    update_benchmarks_md(str(p), "spmm:small", "### one")
+    os.chmod(p, 0o444)
+    before = p.read_text()
+    with pytest.raises(ValueError, match=r"--record=.* expected a writable file \(this one is read-only"):
+        update_benchmarks_md(str(p), "spmm:small", "### two", arg="--record")
+    assert p.read_text() == before
+    update_benchmarks_md(str(p), "spmm:small", "### two", arg="--record", force=True)
+    assert "### two" in p.read_text()
