@@ -239,11 +239,13 @@ class _Laggards:
                 self.running -= 1
                 self.stopped.append(time.perf_counter())
 
-    def wait_started(self, n=3, timeout=10.0):
+    def wait_started(self, n=3, timeout=60.0):
         """Block until `n` siblings run (so the failing request fails while they are all busy, not
         before a loaded machine got them started: those not started are cancelled, not waited for)."""
         end = time.perf_counter() + timeout
-        while self.started < n and time.perf_counter() < end:
+        while self.started < n:
+            if time.perf_counter() > end:
+                raise AssertionError(f"only {self.started} of {n} sibling reads started within {timeout} s")
             time.sleep(0.001)
 
 
@@ -338,7 +340,7 @@ def test_close_waits_for_a_read_in_progress(blob, monkeypatch):
 
     t = threading.Thread(target=reader)
     t.start()
-    assert started.wait(5)
+    assert started.wait(60)
     f.close()
     events.append("closed")
     t.join(5)
@@ -404,7 +406,7 @@ def test_finalizing_never_waits_for_a_lock_held_elsewhere(blob, monkeypatch, how
     f._lock = Watched(f._lock)
     t = threading.Thread(target=frozen, name="frozen", daemon=True)
     t.start()
-    assert held.wait(5)
+    assert held.wait(60)
     try:
         if how == "__del__":
             f.__del__()
