@@ -42,8 +42,13 @@ def _output(arg: str, path: str, *, replace: bool = True, markdown: bool = False
         raise LabkitError(f"{arg}={path!r} is not accepted; it is a folder, expected a file path")
     if not where.is_dir():
         raise LabkitError(f"{arg}={path!r} is not accepted; its folder {str(where)!r} does not exist")
-    if not os.access(where, os.W_OK):
-        raise LabkitError(f"{arg}={path!r} is not accepted; its folder {str(where)!r} is not writable")
+    import tempfile
+    try:  # os.access says yes to root almost anywhere (/proc, /sys): try what the atomic write will do
+        with tempfile.NamedTemporaryFile(dir=where, prefix=f".{p.name}.", suffix=".check"):
+            pass
+    except OSError as exc:
+        raise LabkitError(f"{arg}={path!r} is not accepted; no file can be written in its folder {str(where)!r} "
+                          f"({exc.strerror or exc})") from None
     if p.exists() and markdown:
         try:
             p.read_text(encoding="utf-8")
@@ -139,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("doctor", "versions, cores, memory, disk, GPU, Chromium: one verdict each",
             "Check what this machine has for the labs: Python packages, CPU cores, memory, the data "
-            "disk (O_DIRECT), a GPU, Chromium for the browser test. One verdict per line; exit 0.",
+            "disk (writable, O_DIRECT), a GPU, Chromium for the browser test. One verdict per line; exit 0, "
+            "or 1 when a required item fails.",
             "  labkit doctor\n")
 
     lab = command("lab", "start JupyterLab on 127.0.0.1 at notebooks/00_tour.ipynb",
@@ -344,10 +350,10 @@ def _data(args: argparse.Namespace) -> int:
             built, damaged = [], []
             for p in s.profiles:
                 d = dataset_dir(s.name, p)
-                if not (d / "manifest.json").exists():
+                if not d.exists():
                     continue
                 try:  # sizes only: a full checksum of every file would read gigabytes
-                    verify(d, s.name, p, full=False)
+                    verify(d, s.name, p, full=False, version=s.version)
                     built.append(p)
                 except DatasetError:
                     damaged.append(p)
@@ -376,8 +382,55 @@ def _lab(args: argparse.Namespace) -> int:
     return 0  # pragma: no cover
 
 
+class _PipeSafe:
+    """A text stream that outlives its reader: after a broken pipe, writes go nowhere.
+
+    A bench asked for ``--json`` or ``--record`` must still write them when whoever reads its
+    progress goes away (``labkit bench spmm --json r.json 2>&1 | head``).
+    """
+
+    def __init__(self, stream) -> None:
+        self._s = stream
+        self.broken = False
+
+    def _break(self) -> None:
+        self.broken = True
+        try:  # the stream's own buffer flushes into /dev/null at exit, not into the closed pipe
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._s.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                return self._s.write(text)
+            except BrokenPipeError:
+                self._break()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self._s.flush()
+            except BrokenPipeError:
+                self._break()
+
+    def __getattr__(self, name: str):
+        return getattr(self._s, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    saved = sys.stdout, sys.stderr
+    if args.cmd in ("bench", "reproduce"):  # they write files: a closed pipe must not stop them
+        sys.stdout, sys.stderr = _PipeSafe(sys.stdout), _PipeSafe(sys.stderr)
+    try:
+        return _main(args)
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         if args.cmd == "doctor":
             from labkit.doctor import run_doctor

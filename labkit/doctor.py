@@ -57,6 +57,7 @@ def checks() -> list[tuple[str, str, str]]:
     free = shutil.disk_usage(probe).free
     out.append(("disk", "ok" if free >= 10 << 30 else "warn", f"{fmt_bytes(free)} free at {probe}"
                 + ("" if free >= 10 << 30 else "; 'small' datasets want ~10 GiB")))
+    out.append(_data_folder(root))
     gpu = machine.gpu_info()
     out.append(("gpu", "ok" if gpu else "warn", f"{gpu['name']} ({fmt_bytes(gpu['memory_bytes'])})" if gpu else
                 "none: GPU kernels and tests are skipped; CPU paths run"))
@@ -64,6 +65,31 @@ def checks() -> list[tuple[str, str, str]]:
     out.append(("chromium", "ok" if chrome else "warn", chrome or "absent: browser tests are skipped "
                 "(apt-get install chromium)"))
     return out
+
+
+def _data_folder(root: Path) -> tuple[str, str, str]:
+    """Can datasets be written under `root`, and are its files read with O_DIRECT (CaliEX's disk reads)?"""
+    import os
+    import tempfile
+
+    from labkit.core.directio import filesystem_type, probe_direct
+    where = root
+    while not where.exists() and where != where.parent:  # the folder `labkit data make` will create
+        where = where.parent
+    try:
+        with tempfile.NamedTemporaryFile(dir=where, prefix=".labkit-doctor-") as fh:
+            fh.write(b"\0" * 4096)
+            fh.flush()
+            os.fsync(fh.fileno())
+            direct = probe_direct(fh.name)
+    except OSError as exc:
+        return ("data", "fail", f"cannot write under {where} ({exc.strerror or exc}), where datasets go "
+                f"({root}); set LABKIT_DATA to a writable folder")
+    fs = filesystem_type(where) or "unknown filesystem"
+    if not direct:
+        return ("data", "warn", f"{root}: {fs} refuses O_DIRECT or keeps files in RAM, so CaliEX's disk "
+                "reads would not bypass the page cache; set LABKIT_DATA to a folder on a disk")
+    return ("data", "ok", f"{root}: writable, O_DIRECT reads work ({fs})")
 
 
 def run_doctor() -> int:

@@ -28,7 +28,8 @@ def _resolve(path: str | os.PathLike) -> Path:
 def atomic_open(path: str | os.PathLike, mode: str = "wb", *, overwrite: bool = True) -> Iterator[IO]:
     """Yield a temporary file beside `path`; on success fsync it and rename it onto `path`.
 
-    With ``overwrite=False`` an existing `path` raises FileExistsError before anything is written.
+    With ``overwrite=False`` an existing `path` raises FileExistsError before anything is written;
+    a `path` whose folder does not exist raises FileNotFoundError (folders are not created).
     On any exception the temporary file is removed and `path` is untouched. A symlink at `path`
     is followed: its target is replaced and the link stays. The new file keeps the permission
     bits of the file it replaces (a new file gets 0o666 less the umask, like ``open()``), not
@@ -37,7 +38,9 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb", *, overwrite: bool = 
     given, path = path, _resolve(path)
     if not overwrite and path.exists():
         raise FileExistsError(f"path={str(given)!r} already exists; refusing to overwrite it")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.is_dir():  # a mistyped folder is refused, not created
+        raise FileNotFoundError(f"path={str(given)!r} is not accepted; its folder {str(path.parent)!r} "
+                                "does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:

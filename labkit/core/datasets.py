@@ -271,15 +271,42 @@ def _rebuild_hint(name: str, profile: str) -> str:
 _VERIFIED: dict[tuple, bool] = {}
 
 
-def verify(ds_dir: Path, name: str, profile: str, *, full: bool = True) -> dict:
-    """Return the manifest of `ds_dir` after checking every file's size (and sha256 if `full`)."""
+def _check_manifest(manifest: Any, mpath: Path, name: str, profile: str) -> None:
+    """Refuse a manifest that parses as JSON but is not one: every field verify() reads, of its type."""
+    def bad(what: str) -> DatasetError:
+        return DatasetError(f"{mpath} is malformed ({what}); {_rebuild_hint(name, profile)}")
+    if not isinstance(manifest, dict):
+        raise bad(f"a JSON {type(manifest).__name__}, expected an object")
+    files = manifest.get("files", {})
+    if not isinstance(files, dict):
+        raise bad(f"'files' is a JSON {type(files).__name__}, expected an object")
+    for key, info in files.items():
+        if not isinstance(info, dict):
+            raise bad(f"files[{key!r}] is not an object")
+        for fld, types in (("file", str), ("bytes", int), ("sha256", str)):
+            if not isinstance(info.get(fld), types) or isinstance(info.get(fld), bool):
+                raise bad(f"files[{key!r}] has no {fld!r} {types.__name__}")
+        if Path(info["file"]).is_absolute() or ".." in Path(info["file"]).parts:
+            raise bad(f"files[{key!r}] names {info['file']!r}, outside the dataset's folder")
+
+
+def verify(ds_dir: Path, name: str, profile: str, *, full: bool = True, version: int | None = None) -> dict:
+    """Return the manifest of `ds_dir` after checking every file's size (and sha256 if `full`).
+
+    With `version`, a manifest of another version is refused too (the layout it describes is not
+    the one labkit reads).
+    """
     mpath = ds_dir / MANIFEST
     try:
         manifest = json.loads(mpath.read_text())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise DatasetError(f"{mpath} is missing; {_rebuild_hint(name, profile)}") from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise DatasetError(f"{mpath} is not valid JSON; {_rebuild_hint(name, profile)}") from None
+    _check_manifest(manifest, mpath, name, profile)
+    if version is not None and manifest.get("version") != version:
+        raise DatasetError(f"{mpath} has version {manifest.get('version')}, labkit expects "
+                           f"{version}; {_rebuild_hint(name, profile)}")
     for key, info in manifest.get("files", {}).items():
         p = ds_dir / info["file"]
         try:
@@ -427,8 +454,5 @@ def open_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
             raise DatasetError(f"dataset {name} ({profile}) is not built at {d}; build it with: "
                                f"labkit data make {name} --profile {profile}")
         return make_dataset(name, profile, root=root, progress=progress)
-    manifest = verify(d, name, profile, full=full_verify)
-    if manifest.get("version") != spec.version:
-        raise DatasetError(f"{d / MANIFEST} has version {manifest.get('version')}, labkit expects "
-                           f"{spec.version}; {_rebuild_hint(name, profile)}")
+    manifest = verify(d, name, profile, full=full_verify, version=spec.version)
     return Dataset(name, profile, d, manifest)

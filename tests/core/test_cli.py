@@ -49,6 +49,32 @@ def test_bad_output_paths_are_refused_before_any_work(tmp_path):
     assert bad.read_bytes() == b"\xff\xfe\x00"
 
 
+def test_an_output_folder_where_nothing_can_be_written_is_refused_before_any_work(tmp_path):
+    import os
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    os.chmod(ro, 0o555)
+    try:
+        if os.geteuid() == 0:  # root writes past mode bits: use a folder the kernel refuses to everyone
+            ro = "/proc"
+        one_line_error(run("bench", "spmm", "--json", f"{ro}/x.json"), "--json=", "no file can be written in its folder")
+        one_line_error(run("bench", "spmm", "--record", f"{ro}/B.md"), "--record=", "no file can be written")
+    finally:
+        os.chmod(tmp_path / "ro", 0o755)
+    assert not [n for n in os.listdir(tmp_path / "ro")]  # the probe file is gone
+
+
+def test_a_reader_that_goes_away_does_not_stop_the_outputs_being_written(tmp_path):
+    # `labkit bench spmm --json r.json 2>&1 | head -1`: the pipe breaks, the bench still writes its JSON.
+    js = tmp_path / "r.json"
+    p = subprocess.Popen([sys.executable, "-m", "labkit.cli", "bench", "spmm", "--profile", "ci", "--json", str(js)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    p.stdout.readline()
+    p.stdout.close()  # the reader leaves after one progress line
+    assert p.wait(timeout=600) == 0
+    assert json.loads(js.read_text())["system"] == "spmm"
+
+
 def test_empty_paths_and_names_are_refused_not_taken_as_absent(tmp_path):
     # An empty --json / --record must not run a bench that then writes nothing.
     one_line_error(run("bench", "spmm", "--json", ""), "--json=''", "a file path")
@@ -76,6 +102,39 @@ def test_data_list_tells_a_damaged_copy_from_a_built_one(tmp_path):
         fh.truncate(victim.stat().st_size // 2)
     line = next(ln for ln in lst().splitlines() if "built:" in ln and "rmat" in ln)
     assert "built: none" in line and "damaged (labkit data make rmat --profile P --force): ci" in line
+    # A whole copy of an older layout is damaged too (labkit would refuse to open it), and so is a
+    # file where a profile's folder should be.
+    subprocess.run([sys.executable, "-m", "labkit.cli", "data", "make", "rmat", "--force"], capture_output=True,
+                   env=env, check=True)
+    mpath = tmp_path / "rmat" / "ci" / "manifest.json"
+    m = json.loads(mpath.read_text())
+    mpath.write_text(json.dumps({**m, "version": m["version"] - 1}))
+    (tmp_path / "rmat" / "small").write_text("not a folder")
+    line = next(ln for ln in lst().splitlines() if "built:" in ln and "rmat" in ln)
+    assert "built: none" in line and "--force): ci, small" in line
+
+
+def test_a_manifest_that_is_json_but_not_a_manifest_is_one_line(tmp_path):
+    import os
+    env = {**os.environ, "LABKIT_DATA": str(tmp_path)}
+    subprocess.run([sys.executable, "-m", "labkit.cli", "data", "make", "rmat"], capture_output=True, env=env,
+                   check=True)
+    mpath = tmp_path / "rmat" / "ci" / "manifest.json"
+    good = json.loads(mpath.read_text())
+    first = next(iter(good["files"]))
+    no_bytes = json.loads(json.dumps(good))
+    del no_bytes["files"][first]["bytes"]
+    for bad, what in (([], "a JSON list, expected an object"), ({**good, "files": [1, 2]}, "'files' is a JSON list"),
+                      (no_bytes, f"files[{first!r}] has no 'bytes' int"),
+                      ({**good, "files": {first: {**good["files"][first], "file": "../../x"}}}, "outside")):
+        mpath.write_text(json.dumps(bad))
+        for cmd in (["data", "make", "rmat"], ["data", "list"]):
+            r = subprocess.run([sys.executable, "-m", "labkit.cli", *cmd], capture_output=True, text=True, env=env)
+            if cmd[1] == "make":
+                one_line_error(r, "manifest.json is malformed", what, "labkit data make rmat --profile ci --force")
+            else:
+                assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+                assert "damaged (labkit data make rmat --profile P --force): ci" in r.stdout
 
 
 def test_only_port_and_data_root_errors_are_one_line(tmp_path):
@@ -95,6 +154,20 @@ def test_doctor_answers():
     assert r.returncode == 0, r.stderr
     assert "verdict:" in r.stdout
     assert "torch" in r.stdout and "chromium" in r.stdout and "gpu" in r.stdout
+    assert "data " in r.stdout and "O_DIRECT" in r.stdout
+
+
+def test_doctor_says_when_datasets_cannot_be_written_or_read_directly(tmp_path):
+    from pathlib import Path
+
+    from labkit.doctor import _data_folder
+    item, status, detail = _data_folder(Path("/proc/labkit-data/rmat"))  # nothing can be created in /proc
+    assert (item, status) == ("data", "fail") and "cannot write under /proc" in detail and "LABKIT_DATA" in detail
+    item, status, detail = _data_folder(tmp_path / "not" / "yet")  # made by `labkit data make`: its parent is checked
+    assert status in ("ok", "warn") and str(tmp_path / "not" / "yet") in detail
+    assert list(tmp_path.iterdir()) == []  # the probe file is gone
+    if Path("/dev/shm").is_dir():
+        assert _data_folder(Path("/dev/shm"))[1] == "warn"  # RAM: O_DIRECT would not bypass anything
 
 
 def test_reproduce_prints_claims_table(tmp_path, monkeypatch):
@@ -213,7 +286,7 @@ def test_an_interrupted_child_bench_gets_to_clean_up(tmp_path):
             break
         time.sleep(0.01)
     assert ready.exists(), "the child did not start within 30 s"
-    _stop_child(child, grace_s=6.0)  # this child got no SIGINT of its own: it is sent one after 2 s
+    _stop_child(child, grace_s=12.0)  # this child got no SIGINT of its own: it is sent one after 4 s
     assert child.returncode is not None and done.read_text() == "ok"
     up = tmp_path / "up"
     stuck = subprocess.Popen([sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from labkit.core.atomic import atomic_open, atomic_write_json
+from labkit.core.atomic import atomic_open, atomic_write_json, atomic_write_text
 from labkit.core.errors import check_choice, check_range
 from labkit.core.metrics import ResultTable, record_metrics
 
@@ -72,7 +72,7 @@ def test_atomic_write_keeps_the_mode_of_the_file_it_replaces(tmp_path):
     """Not mkstemp's private 0600: BENCHMARKS.md and manifests stay as shareable as they were."""
     import os
 
-    from labkit.core.atomic import _umask, atomic_write_text
+    from labkit.core.atomic import _umask
     p = tmp_path / "B.md"
     atomic_write_text(p, "new file")
     assert p.stat().st_mode & 0o777 == 0o666 & ~_umask()  # what open() would have made
@@ -87,7 +87,6 @@ def test_atomic_write_keeps_the_mode_of_the_file_it_replaces(tmp_path):
 def test_atomic_write_through_a_symlink_updates_its_target(tmp_path):
     import os
 
-    from labkit.core.atomic import atomic_write_text
     (tmp_path / "real").mkdir()
     target = tmp_path / "real" / "x.md"
     target.write_text("old")
@@ -116,3 +115,9 @@ def test_record_metrics_replaces_its_own_output_atomically(tmp_path):
     record_metrics({"a": 2}, str(p))
     assert json.loads(p.read_text()) == {"a": 2} and p.stat().st_mode & 0o777 == 0o644
     assert [x.name for x in tmp_path.iterdir()] == ["m.json"]
+
+
+def test_atomic_write_refuses_a_missing_folder_instead_of_creating_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"path=.*nodir.*its folder .*nodir' does not exist"):
+        atomic_write_text(tmp_path / "nodir" / "x.txt", "text")
+    assert list(tmp_path.iterdir()) == []
