@@ -26,8 +26,10 @@ def csv_edge_chunks(path: str | Path, *, chunk_rows: int = 1 << 20, src: str = "
 
     With `weight` (a column name) the chunks are (src, dst, weights) with float64 weights. A row
     whose ids are missing, not integers, negative or >= num_nodes, or whose weight is not a finite
-    number, raises ValueError naming the file, the row number (1 = first data row) and the value;
+    number >= 0, raises ValueError naming the file, the row number (1 = first data row) and the value;
     a line with more or fewer fields than the header names its line number too (1 = the header).
+    Header names are read as the data are, spaces around them stripped (``src, dst``) and a UTF-8
+    byte-order mark (as Excel writes) skipped; a header naming a column it reads twice is refused.
     """
     import pandas as pd
 
@@ -36,14 +38,17 @@ def csv_edge_chunks(path: str | Path, *, chunk_rows: int = 1 << 20, src: str = "
     if num_nodes is not None:
         num_nodes = check_num_nodes(num_nodes, 1)
     cols = _columns(src, dst, weight)
+    names = _csv_names(path, cols)
     accepted = "an integer id >= 0" + (f" and < {num_nodes}" if num_nodes else " and < 2**63")
 
     def chunks():
         row0 = 1
         fields = _csv_field_checks(path)
         checked, bad_line = 0, None
-        reader = lambda: pd.read_csv(path, usecols=cols, dtype=str, chunksize=chunk_rows,  # noqa: E731
-                                     keep_default_na=False, index_col=False)
+        # The header's own names are replaced by the stripped ones the header check read.
+        reader = lambda: pd.read_csv(path, header=0, names=names, usecols=cols, dtype=str,  # noqa: E731
+                                     chunksize=chunk_rows, keep_default_na=False, index_col=False,
+                                     encoding="utf-8-sig")
         for df in _decoded(reader, path):
             while bad_line is None and checked < row0 - 1 + len(df):
                 checked, bad_line = next(fields, (float("inf"), None))
@@ -57,8 +62,8 @@ def csv_edge_chunks(path: str | Path, *, chunk_rows: int = 1 << 20, src: str = "
                 vals = pd.to_numeric(df[col].str.strip(), errors="coerce")
                 if col == weight:
                     vals = vals.to_numpy(np.float64)
-                    bad = ~np.isfinite(vals)
-                    what = "a finite number"
+                    bad = ~np.isfinite(vals) | (vals < 0)
+                    what = None  # set for the bad row below: not a finite number, or negative
                 else:
                     # Ids past int64 (e.g. "1e20") would wrap to negatives in the cast below.
                     bad = vals.isna() | (vals % 1 != 0) | (vals < 0) | (vals >= _ID_LIMIT)
@@ -68,6 +73,8 @@ def csv_edge_chunks(path: str | Path, *, chunk_rows: int = 1 << 20, src: str = "
                     vals = None if bad.any() else vals.to_numpy(np.int64)
                 if bad.any():
                     i = int(np.flatnonzero(bad)[0])
+                    if what is None:
+                        what = "a finite number" if not np.isfinite(vals[i]) else "a finite number >= 0"
                     errors.append((i, rank, f"{path.name} row {row0 + i}: {col}={df[col].iloc[i]!r} is not accepted; "
                                             f"expected {what}"))
                 out.append(vals)
@@ -75,7 +82,7 @@ def csv_edge_chunks(path: str | Path, *, chunk_rows: int = 1 << 20, src: str = "
                 raise ValueError(min(errors)[2])
             row0 += len(df)
             yield tuple(out)
-    return _checked_header(path, cols, chunks)
+    return chunks
 
 
 #: Ids at or past this do not fit an int64 node id.
@@ -185,16 +192,32 @@ def _decoded(open_reader: Callable[[], Iterator], path: Path):
     return _named_errors(open_reader, UnicodeDecodeError, lambda exc: _not_utf8(path, exc))
 
 
-def _checked_header(path: Path, cols: list[str], chunks: Chunks) -> Chunks:
+def _csv_names(path: Path, cols: list[str]) -> list[str]:
+    """Return the column names to read `path` with: its header's, stripped, BOM skipped (as Excel writes it).
+
+    Refuses a header that lacks one of `cols` or names one of them twice (which one would be
+    read?), naming the file; other repeated or blank names get placeholders, as pandas gives them.
+    """
+    import csv
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            header = [h.strip() for h in fh.readline().rstrip("\n").split(",")]
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            line = fh.readline()
     except UnicodeDecodeError as exc:
         raise _not_utf8(path, exc) from None
+    header = [h.strip() for h in next(csv.reader([line]), [])]
     missing = [c for c in cols if c not in header]
     if missing:
         raise bad_value("columns", missing, f"columns present in {path.name}'s header {header}")
-    return chunks
+    twice = [c for c in cols if header.count(c) > 1]
+    if twice:
+        raise bad_value("path", str(path), f"a CSV whose header names each column once ({path.name}'s header "
+                        f"{header} names {twice[0]!r} {header.count(twice[0])} times)")
+    names, seen = [], set()
+    for i, h in enumerate(header):
+        names.append(h if h and h not in seen else f"\x00unnamed {i}")  # never one of cols (those are unique)
+        seen.add(h)
+    return names
 
 
 def parquet_edge_chunks(path: str | Path, *, batch_rows: int = 1 << 20, src: str = "src", dst: str = "dst",
@@ -233,7 +256,7 @@ def parquet_edge_chunks(path: str | Path, *, batch_rows: int = 1 << 20, src: str
                     if a.dtype.kind not in "iuf":
                         raise bad_value(name, a.dtype, "a numeric column of edge weights")
                     a = a if a.dtype.kind == "f" else a.astype(np.float64)
-                    bad, what = ~np.isfinite(a), "a finite number"
+                    bad, what = ~np.isfinite(a) | (a < 0), None  # what: set for the bad row below
                 else:
                     if a.dtype.kind not in "iu":
                         raise bad_value(name, a.dtype, "an integer column of node ids")
@@ -244,6 +267,8 @@ def parquet_edge_chunks(path: str | Path, *, batch_rows: int = 1 << 20, src: str
                         bad |= a > np.iinfo(np.int64).max
                 if bad.any():
                     i = int(np.flatnonzero(bad)[0])
+                    if what is None:
+                        what = "a finite number" if not np.isfinite(a[i]) else "a finite number >= 0"
                     raise ValueError(f"{path.name} row {row0 + i}: {name}={a[i].item()!r} is not accepted; "
                                      f"expected {what}")
                 out.append(a)

@@ -14,6 +14,7 @@ edge weights and attributes stored elsewhere are looked up.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -78,8 +79,13 @@ class CSR:
 
 
 def check_node_ids(arg: str, ids: np.ndarray, num_nodes: int, what: str = "node ids") -> np.ndarray:
-    """Return `ids` if every id is an integer in [0, num_nodes), else raise naming the first bad one."""
+    """Return `ids` if every id is an integer in [0, num_nodes), else raise naming the first bad one.
+
+    No ids (``[]``, which NumPy reads as float64) are an empty int64 array.
+    """
     ids = np.asarray(ids)
+    if ids.size == 0 and ids.dtype.kind not in "iu":
+        return np.empty(ids.shape, np.int64)
     if ids.dtype.kind not in "iu":
         raise bad_value(arg, ids.dtype, f"an integer array of {what}")
     if len(ids):
@@ -89,6 +95,41 @@ def check_node_ids(arg: str, ids: np.ndarray, num_nodes: int, what: str = "node 
             pos = int(np.flatnonzero(ids == bad)[0])
             raise ValueError(f"{arg}[{pos}]={bad} is not accepted; expected {what} in [0, {num_nodes})")
     return ids
+
+
+#: What :func:`check_weights` accepts, in its messages.
+WEIGHTS_ACCEPTED = "finite numbers >= 0"
+
+
+def check_weights(weights, arg: str = "weights", offset: int = 0) -> np.ndarray:
+    """Return `weights` as a numeric array if every entry is a finite number >= 0, else raise naming the first bad one.
+
+    Integer and float arrays keep their dtype (an object array of real numbers becomes float64);
+    strings, booleans, complex numbers, None, NaN, infinities and negatives are refused, as
+    ``weights[1]=nan is not accepted; expected finite numbers >= 0`` (positions counted from
+    `offset`, for a chunk of a stream). Two vectorised reductions when the weights are good.
+    """
+    w = np.asarray(weights)
+    if w.dtype.kind == "O":
+        flat = w.ravel()
+        real = np.fromiter((isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_)) for x in flat),
+                           bool, len(flat))
+        if not real.all():
+            pos = int(np.argmin(real))
+            raise bad_value(f"{arg}[{offset + pos}]", flat[pos], WEIGHTS_ACCEPTED)
+        w = w.astype(np.float64)
+    elif w.dtype.kind not in "iuf":
+        if w.size == 0:
+            return w.astype(np.float64)
+        raise bad_value(f"{arg}[{offset}]", w.ravel()[0], WEIGHTS_ACCEPTED)
+    if w.size and w.dtype.kind != "u":
+        lo, hi = w.min(), w.max()
+        if not (lo >= 0 and hi < np.inf):  # NaN fails both comparisons
+            flat = w.ravel()
+            bad = ~(flat >= 0) | (flat == np.inf)
+            pos = int(np.argmax(bad))
+            raise bad_value(f"{arg}[{offset + pos}]", flat[pos], WEIGHTS_ACCEPTED)
+    return w
 
 
 def check_num_nodes(num_nodes, lo: int = 0, arg: str = "num_nodes") -> int:
@@ -378,7 +419,8 @@ def build_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int | None = None, *,
     neighbours keep input order. `return_eid` (implied by `weights`) records each stored edge's
     input position in ``eid``. Ids must lie in [0, num_nodes); num_nodes defaults to max id + 1.
     A node count (given, or implied by the largest id) whose build arrays, (threads + 2) x 8 bytes
-    per node, exceed this machine's RAM is refused up front, naming the id or count.
+    per node, exceed this machine's RAM is refused up front, naming the id or count. `weights`
+    must be finite numbers >= 0 (:func:`check_weights`); the first other one is refused by position.
     """
     if num_nodes is not None:
         num_nodes = check_buildable(check_num_nodes(num_nodes))
@@ -389,6 +431,7 @@ def build_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int | None = None, *,
         weights = np.asarray(weights)
         if weights.shape != src.shape:
             raise bad_value("weights", f"shape {weights.shape}", f"shape {src.shape} (one weight per edge)")
+        weights = check_weights(weights)
         return_eid = True
     nt = _threads()
     hist = np.zeros((nt, num_nodes), np.int64)
@@ -422,7 +465,8 @@ def build_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, ...]]], nu
     :func:`labkit.graph.rmat.rmat_edge_chunks`, or a reader over Parquet/CSV files). Only one
     chunk plus the CSR is held. `progress(n_edges)` is called after each chunk of each pass.
     With `weighted`, chunks are (src, dst, weights) and the CSR gets ``weights`` (and ``eid``)
-    exactly as ``build_csr(..., weights=)`` gives them; the stream's weights are then held too.
+    exactly as ``build_csr(..., weights=)`` gives them (and checked as it checks them, positions
+    counted over the whole stream); the stream's weights are then held too.
     A chunk of another length is refused, and `num_nodes` must fit in RAM as for :func:`build_csr`.
     """
     num_nodes = check_buildable(check_num_nodes(num_nodes, 1))
@@ -483,7 +527,7 @@ _REPLAY_ERROR = "chunks() yielded different edges on its second pass; it must re
 def _build_csr_chunked_weighted(chunks, num_nodes: int, **kw) -> CSR:
     """build_csr_chunked over (src, dst, weights) chunks: the topology as unweighted, then weights[eid].
 
-    The weights are checked on the first pass and gathered in input order on the second, so
+    The weights are checked on both passes and gathered in input order on the second, so
     ``weights[eid]`` picks, like build_csr, each stored edge's own weight (the first copy's under dedup).
     """
     state = {"passes": 0, "m": 0, "dtype": None, "w": None}
@@ -498,6 +542,7 @@ def _build_csr_chunked_weighted(chunks, num_nodes: int, **kw) -> CSR:
             w = np.asarray(w)
             if w.shape != np.shape(s):
                 raise bad_value("weights", f"shape {w.shape}", f"shape {np.shape(s)} (one weight per edge)")
+            w = check_weights(w, offset=off)  # on both passes: a stream that is not replayed may differ
             if second:
                 if off + len(w) > state["m"]:
                     raise ValueError(_REPLAY_ERROR)

@@ -65,6 +65,13 @@ def plan_cache(csr: CSR, imp: np.ndarray, threshold: float, *, max_fraction: flo
     """Return the vertices with Imp >= threshold and an out-list, at most max_fraction of all (highest Imp first)."""
     check_range("threshold", threshold, 0.0)
     check_range("max_fraction", max_fraction, 0.0, 1.0)
+    imp = np.asarray(imp)
+    if imp.ndim != 1 or len(imp) != csr.num_nodes:
+        shown = f"an array of length {len(imp)}" if imp.ndim == 1 else f"an array of shape {imp.shape}"
+        raise bad_value("imp", shown, f"length {csr.num_nodes}, one importance per vertex of csr "
+                        "(importance(csr, csc, k) of the same graph)")
+    if imp.dtype.kind not in "iuf":
+        raise bad_value("imp", f"an array of dtype {imp.dtype}", "an array of numbers (importance(csr, csc, k))")
     deg = csr.degree()
     cand = np.flatnonzero((imp >= threshold) & (deg > 0))
     cap = int(max_fraction * csr.num_nodes)

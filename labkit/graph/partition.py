@@ -45,9 +45,20 @@ def _check_csc(csr: CSR, csc: CSR | None) -> CSR:
     return csc
 
 
+def _check_num_parts(num_parts, num_nodes: int) -> int:
+    """Return `num_parts` as an int if it is a whole number in [1, num_nodes] (1 for an empty graph), else raise."""
+    num_parts = int(check_range("num_parts", num_parts, 1, integer=True))
+    top = max(1, int(num_nodes))
+    if num_parts > top:
+        raise bad_value("num_parts", num_parts, f"an integer in [1, {top}]: at most one part per vertex "
+                        f"(the graph has {int(num_nodes)})")
+    return num_parts
+
+
 def hash_partition(num_nodes: int, num_parts: int) -> np.ndarray:
-    """Return owner[v] = v mod num_parts (graph-learn's hash partitioning of integer ids)."""
-    check_range("num_parts", num_parts, 1, integer=True)
+    """Return owner[v] = v mod num_parts (graph-learn's hash partitioning of integer ids); num_parts <= num_nodes."""
+    num_nodes = int(check_range("num_nodes", num_nodes, 0, integer=True))
+    num_parts = _check_num_parts(num_parts, num_nodes)
     return (np.arange(num_nodes, dtype=np.int64) % num_parts).astype(np.int32)
 
 
@@ -100,7 +111,7 @@ def ldg_partition(csr: CSR, num_parts: int, *, csc: CSR | None = None, slack: fl
     already-placed (in- and out-) neighbours, discounted by how full it is; capacity is
     ``slack * n / num_parts``.
     """
-    check_range("num_parts", num_parts, 1, integer=True)
+    num_parts = _check_num_parts(num_parts, csr.num_nodes)
     check_range("slack", slack, 1.0)
     seed = check_seed(seed)
     csc = _check_csc(csr, csc)
@@ -119,7 +130,7 @@ def fennel_partition(csr: CSR, num_parts: int, *, csc: CSR | None = None, gamma:
     alpha * gamma * |P|^(gamma - 1), with alpha = sqrt(k) * m / n^gamma (the paper's choice, which
     balances cut against load), under a hard capacity of ``slack * n / num_parts``.
     """
-    check_range("num_parts", num_parts, 1, integer=True)
+    num_parts = _check_num_parts(num_parts, csr.num_nodes)
     check_range("gamma", gamma, 1.0)
     check_range("slack", slack, 1.0)
     seed = check_seed(seed)
@@ -162,9 +173,12 @@ def partition_quality(csr: CSR, owner: np.ndarray, num_parts: int) -> dict:
 
 
 def partition(csr: CSR, num_parts: int, method: str = "hash", *, csc: CSR | None = None, seed: int = 0) -> Partitioning:
-    """Return a Partitioning of `csr`'s vertices into `num_parts` by `method` ("hash", "ldg" or "fennel")."""
+    """Return a Partitioning of `csr`'s vertices into `num_parts` by `method` ("hash", "ldg" or "fennel").
+
+    `num_parts` is at most the number of vertices (a part with no vertex serves nothing).
+    """
     check_choice("method", method, METHODS)
-    num_parts = int(check_range("num_parts", num_parts, 1, integer=True))
+    num_parts = _check_num_parts(num_parts, csr.num_nodes)
     seed = check_seed(seed)  # checked for "hash" too, which does not use it
     if method == "hash":
         owner = hash_partition(csr.num_nodes, num_parts)

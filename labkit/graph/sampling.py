@@ -27,6 +27,7 @@ from numba import njit, prange
 
 from labkit.core.arrays import unique
 from labkit.core.errors import bad_value, check_range, check_seed
+from labkit.graph.csr import check_weights
 from labkit.graph.rng import GOLDEN, mix64, stream_key
 
 FULL = -1  #: fanout meaning "all neighbours"
@@ -127,6 +128,8 @@ def check_fanout(fanout: int, arg: str = "fanout") -> int:
 
 def _check_rows(arg: str, rows, num_rows: int) -> np.ndarray:
     rows = np.asarray(rows)
+    if rows.ndim == 1 and rows.size == 0:  # [] reads as float64: no ids, of any dtype, is no ids
+        return np.empty(0, np.int64)
     if rows.ndim != 1 or rows.dtype.kind not in "iu":
         raise bad_value(arg, f"array of shape {rows.shape} and dtype {rows.dtype}", "a 1-d integer array of row ids")
     if len(rows):
@@ -139,37 +142,81 @@ def _check_rows(arg: str, rows, num_rows: int) -> np.ndarray:
 
 
 def _check_indptr(indptr) -> np.ndarray:
-    """Return `indptr` if it is a non-empty 1-d integer array (O(1): its contents are not scanned)."""
+    """Return `indptr` if it is a non-empty 1-d integer array starting at 0 (O(1): the rest is not scanned)."""
     indptr = np.asarray(indptr)
     if indptr.ndim != 1 or len(indptr) == 0 or indptr.dtype.kind not in "iu":
         raise bad_value("indptr", f"array of shape {indptr.shape} and dtype {indptr.dtype}",
                         "a non-empty 1-d integer array of row offsets")
+    if indptr[0] != 0:
+        raise bad_value("indptr[0]", indptr[0], "0 (row offsets start at 0)")
     return indptr
 
 
+def _check_offsets(indptr: np.ndarray) -> None:
+    """Raise naming the first entry of a checked `indptr` that is below the one before it (O(len(indptr)), once
+    per topology: where it is wrapped or tables are built, not per batch)."""
+    if len(indptr) > 1:
+        down = indptr[1:] < indptr[:-1]
+        if down.any():
+            v = int(np.argmax(down))
+            raise bad_value(f"indptr[{v + 1}]", indptr[v + 1],
+                            f"non-decreasing row offsets (indptr[{v}]={int(indptr[v])} before it)")
+
+
+def _check_row_spans(indptr: np.ndarray, rows: np.ndarray, end: int, end_name: str = "len(indices)") -> None:
+    """Raise unless each of `rows` has offsets 0 <= indptr[v] <= indptr[v + 1] <= end (O(len(rows)): per batch).
+
+    Only the rows a call reads are checked, so a sample never holds a position outside its row's
+    slice or past `end` (len(indices), or indptr[-1] when no indices are given).
+    """
+    if not len(rows):
+        return
+    lo, hi = indptr[rows], indptr[1:][rows]
+    if lo.min() >= 0 and hi.max() <= end and not (hi < lo).any():
+        return
+    i = int(np.argmax((hi < lo) | (lo < 0) | (hi > end)))
+    v = int(rows[i])
+    if hi[i] < lo[i]:
+        raise bad_value(f"indptr[{v + 1}]", hi[i], f"non-decreasing row offsets (indptr[{v}]={int(lo[i])} before it; "
+                        f"rows[{i}]={v} reads them)")
+    bad, at = (lo[i], v) if lo[i] < 0 else (hi[i], v + 1)
+    raise bad_value(f"indptr[{at}]", bad, f"row offsets in [0, {end}] ({end_name}={end}; rows[{i}]={v} reads it)")
+
+
 def check_topology(indptr, indices) -> None:
-    """Raise unless `indices` holds every edge `indptr` points at (O(1): indptr[-1] <= len(indices))."""
+    """Raise unless `indices` holds every edge `indptr` points at (O(1): indptr[0] = 0, indptr[-1] <= len(indices))."""
     indptr = _check_indptr(indptr)
     indices = np.asarray(indices)
     if indices.ndim != 1:
         raise bad_value("indices", f"array of shape {indices.shape}", "a 1-d array of neighbour ids")
-    if int(indptr[-1]) > len(indices) or int(indptr[0]) < 0:
+    if int(indptr[-1]) > len(indices):
         raise bad_value("indices", f"an array of {len(indices)} entries",
                         f"at least indptr[-1]={int(indptr[-1])} entries (indptr and indices of the same graph)")
 
 
-def sample_neighbors(indptr: np.ndarray, indices: np.ndarray, rows, fanout: int, *, replace: bool = False,
+def sample_neighbors(indptr: np.ndarray, indices: np.ndarray | None, rows, fanout: int, *, replace: bool = False,
                      seed: int = 0, stream: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Return (ptr, eid): row i's sampled edge positions are ``eid[ptr[i]:ptr[i+1]]``.
 
     Neighbour ids are ``indices[eid]``. ``fanout=-1`` takes all neighbours. Without
     replacement a row of degree d gets min(d, fanout) distinct neighbours; with replacement it
     gets exactly fanout (or none when d = 0). `stream` separates independent draws under one
-    seed (e.g. hops, batches).
+    seed (e.g. hops, batches). The draws read only `indptr`, so `indices` may be None (then
+    positions are checked against indptr[-1]). `indptr` must be an integer array starting at 0;
+    the offsets of the requested rows must not decrease nor pass len(indices), checked in
+    O(len(rows)) per call (a full scan per batch would cost more than the draws on large graphs;
+    :class:`NeighborSampler` scans the whole indptr once when it is made).
     """
     fanout = check_fanout(fanout)
     seed, stream = check_seed(seed), check_seed(stream, "stream")
+    indptr = _check_indptr(indptr)
+    if indices is not None:
+        check_topology(indptr, indices)
     rows = _check_rows("rows", rows, len(indptr) - 1)
+    if indices is None:
+        _check_row_spans(indptr, rows, int(indptr[-1]), "indptr[-1]")
+    else:
+        _check_row_spans(indptr, rows, len(indices))
     return _sample_hop(indptr, rows, fanout, bool(replace), seed, stream)
 
 
@@ -254,9 +301,18 @@ class NeighborSampler:
         if frontier not in ("new", "all"):
             raise bad_value("frontier", frontier, "'new' or 'all'")
         check_topology(indptr, indices)
+        indptr, indices = np.asarray(indptr), np.asarray(indices)
+        # The whole topology is checked once here, so sample() runs the kernels on it unchecked.
+        _check_offsets(indptr)
+        if indices.dtype.kind not in "iu":
+            raise bad_value("indices", f"array of dtype {indices.dtype}", "an integer array of neighbour ids")
+        used = indices[:int(indptr[-1])]
+        if len(used) and used.min() < 0:
+            pos = int(np.argmin(used))
+            raise bad_value(f"indices[{pos}]", used[pos], "neighbour ids >= 0")
         self.indptr, self.indices, self.frontier = indptr, indices, frontier
         self.num_rows = len(indptr) - 1
-        self._top = int(indices.max()) if len(indices) else -1
+        self._top = int(used.max()) if len(used) else -1
         self._local = np.full(max(self.num_rows, self._top + 1), -1, np.int64)
 
     def sample(self, seeds, fanouts: list[int], *, replace: bool = False, seed: int = 0,
@@ -363,14 +419,13 @@ class AliasTable:
     def build(cls, indptr: np.ndarray, weights: np.ndarray) -> "AliasTable":
         """Return the alias tables of each row's edge `weights` (non-negative, one per edge)."""
         indptr = _check_indptr(indptr)
-        weights = np.asarray(weights, np.float64)
+        _check_offsets(indptr)
+        weights = np.asarray(weights)
         if weights.ndim != 1:
             raise bad_value("weights", f"array of shape {weights.shape}", "a 1-d array (one weight per edge)")
         if len(weights) != indptr[-1]:
             raise bad_value("weights", f"length {len(weights)}", f"length {int(indptr[-1])} (one per edge)")
-        if len(weights) and (not np.all(np.isfinite(weights)) or weights.min() < 0):
-            pos = int(np.flatnonzero(~np.isfinite(weights) | (weights < 0))[0])
-            raise ValueError(f"weights[{pos}]={weights[pos]} is not accepted; expected finite weights >= 0")
+        weights = check_weights(weights).astype(np.float64, copy=False)
         prob = np.ones(len(weights), np.float64)
         alias = np.zeros(len(weights), np.int64)
         _build_alias(indptr, weights, prob, alias)
@@ -414,6 +469,7 @@ def sample_weighted(indptr: np.ndarray, table: AliasTable, rows, fanout: int, *,
                         f"one built for this indptr ({int(indptr[-1])} edges; AliasTable.build(indptr, weights))")
     seed, stream = check_seed(seed), check_seed(stream, "stream")
     rows = _check_rows("rows", rows, len(indptr) - 1)
+    _check_row_spans(indptr, rows, int(indptr[-1]), "indptr[-1]")
     return _sample_weighted(indptr, table.prob, table.alias, rows, fanout, seed, stream)
 
 
@@ -453,13 +509,17 @@ def topk_neighbors(indptr: np.ndarray, weights: np.ndarray, rows, k: int) -> tup
     """
     k = check_fanout(k, "k")
     indptr = _check_indptr(indptr)
-    weights = np.asarray(weights, np.float64)
+    weights = np.asarray(weights)
+    if weights.dtype.kind not in "iuf":  # O(1); the values are looked at only in the rows ranked
+        raise bad_value("weights", f"array of dtype {weights.dtype}", "an array of numbers (one weight per edge)")
+    weights = weights.astype(np.float64, copy=False)
     if weights.ndim != 1 or len(weights) != indptr[-1]:
         raise bad_value("weights", f"array of shape {weights.shape}",
                         f"a 1-d array of {int(indptr[-1])} weights (one per edge of indptr)")
     if k == FULL:
         k = int(np.max(np.diff(indptr))) if len(indptr) > 1 else 0
     rows = _check_rows("rows", rows, len(indptr) - 1)
+    _check_row_spans(indptr, rows, int(indptr[-1]), "indptr[-1]")
     # NaN cannot be ranked; the kernel flags it in the rows it ranks (no extra pass over all edges).
     ptr, eid, nan = _topk(indptr, weights, rows, k)
     if nan.any():

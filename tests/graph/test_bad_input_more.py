@@ -200,3 +200,193 @@ def test_batch_streams_never_repeat_across_epochs():
     assert len({batch_stream(e, b) for e, b in pairs}) == len(pairs)
     with pytest.raises(ValueError, match=r"batch=4294967296 is not accepted"):
         batch_stream(0, EPOCH_STREAMS)
+
+
+# ---- edge weights checked where the graph is built ----------------------------------------------------
+
+@pytest.mark.parametrize("weights, pos, shown", [
+    (["a", "b", "c"], 0, r"'a'"),
+    ([1.0, np.nan, 2.0], 1, r"nan"),
+    ([1.0, 2.0, -3.0], 2, r"-3\.0"),
+    ([1.0, np.inf, 2.0], 1, r"inf"),
+    (np.array([1, -2, 3]), 1, r"-2"),
+    (np.array([1.0, None, 2.0], dtype=object), 1, r"None"),
+    ([True, False, True], 0, r"True"),
+])
+def test_edge_weights_that_are_not_finite_numbers_ge_0_are_refused_at_build(weights, pos, shown):
+    msg = rf"^weights\[{pos}\]={shown} is not accepted; expected finite numbers >= 0$"
+    s, d = np.array([0, 0, 1]), np.array([0, 1, 2])
+    with pytest.raises(ValueError, match=msg):
+        Graph().add_nodes("u", 3).add_nodes("i", 3).add_edges("ws", "u", "i", s, d, weights=weights)
+    with pytest.raises(ValueError, match=msg):
+        build_csr(s, d, 3, weights=weights)
+    with pytest.raises(ValueError, match=msg):
+        AliasTable.build(np.array([0, 3]), weights)
+    # The chunked builder counts positions over the whole stream: the same weights as a second chunk.
+    chunked = rf"^weights\[{pos + 3}\]={shown} is not accepted; expected finite numbers >= 0$"
+    with pytest.raises(ValueError, match=chunked):
+        build_csr_chunked(lambda: iter([(s, d, np.ones(3)), (s, d, weights)]), 3, weighted=True)
+
+
+def test_good_weights_still_build_and_keep_their_type():
+    s, d = np.array([0, 0, 1]), np.array([0, 1, 2])
+    w32 = np.array([0.0, 1.5, 2.0], np.float32)
+    assert build_csr(s, d, 3, weights=w32).weights.dtype == np.float32
+    assert build_csr(s, d, 3, weights=[1, 0, 2]).weights.tolist() == [1, 0, 2]
+    assert build_csr(s, d, 3, weights=np.array([1.0, 2, 3], dtype=object)).weights.tolist() == [1.0, 2.0, 3.0]
+    g = Graph().add_nodes("u", 3).add_nodes("i", 3).add_edges("ws", "u", "i", s, d, weights=w32)
+    assert g.V("u").batch(3).outV("ws").sample(2).by("edge_weight").values().next()[1].shape == (3, 2)
+
+
+@pytest.mark.parametrize("suffix", ["csv", "parquet"])
+def test_a_negative_weight_in_a_file_names_the_file_and_row(tmp_path, suffix):
+    df = pd.DataFrame({"src": [0, 1, 2], "dst": [1, 2, 0], "w": [0.5, 1.0, -2.0]})
+    path = tmp_path / f"neg.{suffix}"
+    df.to_csv(path, index=False) if suffix == "csv" else df.to_parquet(path)
+    with pytest.raises(ValueError, match=rf"^neg\.{suffix} row 3: w=.*-2.* is not accepted; "
+                                         r"expected a finite number >= 0$"):
+        build_from_file(path, weight="w")
+
+
+# ---- indptr / indices handed to the sampling functions ---------------------------------------------------
+
+def test_sample_neighbors_refuses_an_indptr_that_does_not_fit_its_indices():
+    idx = np.array([1, 2, 0, 3])
+    with pytest.raises(ValueError, match=r"^indptr\[1\]=5 is not accepted; expected row offsets in \[0, 4\] "
+                                         r"\(len\(indices\)=4; rows\[0\]=0 reads it\)$"):
+        sample_neighbors(np.array([0, 5, 3, 4]), idx, [0, 1], 2)
+    with pytest.raises(ValueError, match=r"^indptr\[2\]=1 is not accepted; expected non-decreasing row offsets "
+                                         r"\(indptr\[1\]=3 before it; rows\[0\]=1 reads them\)$"):
+        sample_neighbors(np.array([0, 3, 1, 4]), idx, [1], 2)
+    with pytest.raises(ValueError, match=r"^indptr='array of shape \(3,\) and dtype float64' is not accepted; "
+                                         r"expected a non-empty 1-d integer array of row offsets$"):
+        sample_neighbors(np.array([0.0, 2.0, 4.0]), idx, [0, 1], 2)
+    with pytest.raises(ValueError, match=r"^indptr\[0\]=1 is not accepted; expected 0 \(row offsets start at 0\)$"):
+        sample_neighbors(np.array([1, 2, 4]), idx, [0, 1], 2)
+    with pytest.raises(ValueError, match=r"indices='an array of 3 entries' is not accepted; expected at least "
+                                         r"indptr\[-1\]=4 entries"):
+        sample_neighbors(np.array([0, 2, 4]), idx[:3], [0], 2)
+    # Lengths alone (indices=None, as the disk sampler passes) are checked against indptr[-1].
+    with pytest.raises(ValueError, match=r"^indptr\[2\]=9 is not accepted; expected row offsets in \[0, 4\] "
+                                         r"\(indptr\[-1\]=4; rows\[0\]=1 reads it\)$"):
+        sample_neighbors(np.array([0, 2, 9, 4]), None, [1], 2)
+    ptr, eid = sample_neighbors(np.array([0, 2, 4]), idx, [0, 1], -1)  # a good topology still samples
+    assert ptr.tolist() == [0, 2, 4] and eid.tolist() == [0, 1, 2, 3]
+
+
+def test_weighted_and_topk_sampling_check_the_rows_they_read():
+    from labkit.graph.sampling import topk_neighbors
+    table = AliasTable.build(np.array([0, 2, 4]), np.ones(4))
+    with pytest.raises(ValueError, match=r"^indptr\[2\]=1 is not accepted; expected non-decreasing row offsets"):
+        sample_weighted(np.array([0, 3, 1, 4]), AliasTable.build(np.array([0, 4]), np.ones(4)), [1], 2)
+    with pytest.raises(ValueError, match=r"^indptr\[2\]=1 is not accepted; expected non-decreasing row offsets "
+                                         r"\(indptr\[1\]=3 before it\)$"):
+        AliasTable.build(np.array([0, 3, 1, 4]), np.ones(4))
+    with pytest.raises(ValueError, match=r"^indptr\[2\]=1 is not accepted; expected non-decreasing row offsets "
+                                         r"\(indptr\[1\]=3 before it; rows\[1\]=1 reads them\)$"):
+        topk_neighbors(np.array([0, 3, 1, 4]), np.ones(4), [0, 1], 1)
+    with pytest.raises(ValueError, match=r"^weights='array of dtype <U1' is not accepted; expected an array of "
+                                         r"numbers"):
+        topk_neighbors(np.array([0, 2, 4]), ["a", "b", "c", "d"], [0], 1)
+    assert sample_weighted(np.array([0, 2, 4]), table, [0, 1], 3)[0].tolist() == [0, 3, 6]
+
+
+def test_multihop_refuses_negative_and_non_integer_neighbour_ids():
+    indptr = np.array([0, 1, 2, 4])
+    with pytest.raises(ValueError, match=r"^indices\[3\]=-5 is not accepted; expected neighbour ids >= 0$"):
+        sample_multihop(indptr, np.array([1, 2, 2, -5]), [2], [2, 2])
+    with pytest.raises(ValueError, match=r"^indices\[3\]=-5 is not accepted"):
+        NeighborSampler(indptr, np.array([1, 2, 2, -5]))
+    with pytest.raises(ValueError, match=r"^indices='array of dtype float64' is not accepted; expected an integer "
+                                         r"array of neighbour ids$"):
+        sample_multihop(indptr, np.array([1.0, 2.0, 2.0, 0.0]), [2], [2, 2])
+    with pytest.raises(ValueError, match=r"^indptr\[2\]=1 is not accepted; expected non-decreasing row offsets "
+                                         r"\(indptr\[1\]=3 before it\)$"):
+        sample_multihop(np.array([0, 3, 1, 4]), np.array([1, 2, 0, 1]), [0], [2])
+    s = sample_multihop(indptr, np.array([1, 2, 2, 0]), [2], [2, 2])
+    assert set(s.nodes.tolist()) == {0, 1, 2}
+
+
+def test_no_rows_is_an_empty_list_too(ring):
+    from labkit.graph.sampling import topk_neighbors
+    for rows in ([], (), np.array([], np.int64)):
+        ptr, eid = sample_neighbors(ring.indptr, ring.indices, rows, 2)
+        assert ptr.tolist() == [0] and eid.dtype == np.int64 and len(eid) == 0
+        assert sample_weighted(ring.indptr, AliasTable.build(ring.indptr, np.ones(4)), rows, 2)[0].tolist() == [0]
+        assert topk_neighbors(ring.indptr, np.ones(4), rows, 2)[0].tolist() == [0]
+        assert len(NeighborSampler(ring.indptr, ring.indices).sample(rows, [2]).nodes) == 0
+    res = Graph().add_nodes("u", 4).add_edges("e", "u", "u", SRC, DST).V("u").outV("e").sample(2).run([])
+    assert res[0].shape == (0,) and res[1].shape == (0, 2)
+    with pytest.raises(ValueError, match=r"rows='array of shape \(2,\) and dtype float64' is not accepted"):
+        sample_neighbors(ring.indptr, ring.indices, [0.0, 1.0], 2)
+
+
+# ---- CSV headers as people write them ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, text", [
+    ("spaced.csv", "src, dst\n0, 1\n1, 2\n"),
+    ("padded.csv", " src , dst \n0,1\n1,2\n"),
+    ("excel.csv", "\ufeffsrc,dst\r\n0,1\r\n1,2\r\n"),  # Excel's UTF-8 CSV: a BOM, CRLF lines
+    ("quoted.csv", '"src","dst"\n0,1\n1,2\n'),
+])
+def test_csv_headers_with_spaces_a_bom_or_quotes_are_read(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_bytes(text.encode("utf-8"))
+    csr = build_from_file(path)
+    assert csr.indptr.tolist() == [0, 1, 2, 2] and csr.indices.tolist() == [1, 2]
+
+
+def test_csv_weight_column_with_a_spaced_header_is_read(tmp_path):
+    path = tmp_path / "w.csv"
+    path.write_text("src, dst, w\n0, 1, 0.5\n1, 2, 2\n")
+    assert build_from_file(path, weight="w").weights.tolist() == [0.5, 2.0]
+
+
+def test_a_csv_header_naming_a_read_column_twice_is_refused_by_file_and_column(tmp_path):
+    path = tmp_path / "dup.csv"
+    path.write_text("src,src,dst\n0,5,1\n1,6,2\n")
+    with pytest.raises(ValueError, match=r"^path='.*dup\.csv' is not accepted; expected a CSV whose header names "
+                                         r"each column once \(dup\.csv's header \['src', 'src', 'dst'\] names 'src' "
+                                         r"2 times\)$"):
+        build_from_file(path)
+    with pytest.raises(ValueError, match=r"dup\.csv's header .* names 'src' 2 times"):
+        csv_edge_chunks(path)
+    # A repeated column that is not read is no ambiguity.
+    other = tmp_path / "other.csv"
+    other.write_text("note,note,src,dst\nx,y,0,1\nx,y,1,2\n")
+    assert build_from_file(other).indices.tolist() == [1, 2]
+
+
+# ---- cache plans and partitions ---------------------------------------------------------------------------
+
+def test_plan_cache_names_an_importance_array_of_the_wrong_length():
+    from labkit.graph.importance import importance, plan_cache
+    from labkit.graph.rmat import RMatParams, rmat_edges
+    p = RMatParams(scale=12)
+    csr = build_csr(*rmat_edges(p), p.num_nodes, dedup=True)
+    imp = importance(csr, csr.reverse())
+    with pytest.raises(ValueError, match=r"^imp='an array of length 5' is not accepted; expected length 4096, one "
+                                         r"importance per vertex of csr"):
+        plan_cache(csr, imp[:5], 1.0)
+    with pytest.raises(ValueError, match=r"^imp='an array of shape \(2, 2048\)' is not accepted; expected length 4096"):
+        plan_cache(csr, imp.reshape(2, -1), 1.0)
+    with pytest.raises(ValueError, match=r"^imp='an array of dtype <U1' is not accepted"):
+        plan_cache(csr, np.full(4096, "a"), 1.0)
+    assert len(plan_cache(csr, imp, 1.0).vertices) > 0
+
+
+def test_partition_refuses_more_parts_than_vertices():
+    from labkit.graph.partition import hash_partition
+    from labkit.graph.rmat import RMatParams, rmat_edges
+    p = RMatParams(scale=12)
+    csr = build_csr(*rmat_edges(p), p.num_nodes, dedup=True)
+    msg = r"^num_parts=1000000 is not accepted; expected an integer in \[1, 4096\]: at most one part per vertex"
+    for call in (lambda: partition(csr, 10**6), lambda: partition(csr, 10**6, "ldg"),
+                 lambda: ldg_partition(csr, 10**6), lambda: fennel_partition(csr, 10**6),
+                 lambda: hash_partition(4096, 10**6)):
+        with pytest.raises(ValueError, match=msg):
+            call()
+    assert partition(csr, 4096).num_parts == 4096
+    ring4 = build_csr(SRC, DST)
+    with pytest.raises(ValueError, match=r"^num_parts=5 is not accepted; expected an integer in \[1, 4\]"):
+        partition(ring4, 5, "fennel")
