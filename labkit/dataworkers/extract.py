@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 from torch import fx, nn
 
-from labkit.core.errors import LabkitError, check_range
+from labkit.core.errors import LabkitError, bad_value, check_range
 from labkit.dataworkers.workloads import Program
 
 
@@ -221,8 +221,15 @@ def extract(program: Program, *, model_cut: bool = True, check: bool = True, che
 
     With ``model_cut=False`` only the Dataset and collate_fn move (no tracing).
     Raises ExtractionError when the Dataset is stateful, the model cannot be traced, or the
-    split program does not reproduce the monolithic batches and loss.
+    split program does not reproduce the monolithic batches and loss. A `program` that is not a
+    :class:`~labkit.dataworkers.workloads.Program`, or `check_batches` not an integer >= 1, raises
+    ValueError naming it before anything runs.
     """
+    if not isinstance(program, Program):
+        shown = program if isinstance(program, (str, int, float, type(None))) else type(program).__name__
+        raise bad_value("program", shown, "a labkit.dataworkers.workloads.Program (e.g. from image_program() or "
+                        "ctr_program(), or Program(name, dataset, collate_fn, model, loss_fn, batch_size))")
+    check_batches = int(check_range("check_batches", check_batches, 1, integer=True))
     keys = program.batches(0, limit=1)
     if not keys:
         raise ExtractionError(f"cannot cut {program.name!r}: the dataset has fewer than batch_size="

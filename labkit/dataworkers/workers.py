@@ -133,6 +133,10 @@ def _close_all() -> None:
         p.close()
 
 
+#: The most worker processes one pool may run (``max_workers``).
+MAX_WORKERS = 256
+
+
 class ProcessWorkerPool:
     """Local data worker processes with shared-memory transport and exactly-once, in-order delivery.
 
@@ -148,9 +152,14 @@ class ProcessWorkerPool:
     def __init__(self, part: Callable[[list[int]], Any], workers: int = 1, *, max_workers: int | None = None,
                  depth: int = 2, respawn: bool = True, straggler_factor: float = 4.0, batch_timeout: float = 120.0,
                  start_method: str = "fork", sched_batch: bool = False) -> None:
-        self.max_workers = int(max_workers if max_workers is not None else max(workers, 2 * (os.cpu_count() or 1)))
-        check_range("max_workers", self.max_workers, 1, 256, integer=True)
-        check_range("workers", workers, 1, self.max_workers, integer=True)
+        # max_workers (when given) is checked as passed, before workers is compared with it: 2.5
+        # must not become 2, and workers=1000 must be blamed on workers, not on a derived default.
+        if max_workers is None:
+            check_range("workers", workers, 1, MAX_WORKERS, integer=True)
+            self.max_workers = min(MAX_WORKERS, max(int(workers), 2 * (os.cpu_count() or 1)))
+        else:
+            self.max_workers = int(check_range("max_workers", max_workers, 1, MAX_WORKERS, integer=True))
+            check_range("workers", workers, 1, self.max_workers, integer=True)
         check_range("depth", depth, 1, 64, integer=True)
         check_range("straggler_factor", straggler_factor, 1.0, lo_open=True)
         check_range("batch_timeout", batch_timeout, 0, lo_open=True)

@@ -104,6 +104,27 @@ class HotRowCache:
         return int(self.weights.nbytes + self.state.nbytes + self.slot.nbytes)
 
 
+def check_root(arg: str, root: str | os.PathLike) -> Path:
+    """Return `root` as a Path if it is a folder, or does not exist yet but its parent folder does.
+
+    Refuses (ValueError naming `arg` and the value) an existing file, a path that is not a str or
+    os.PathLike, and a root whose parent folder is missing: a typo must not create a chain of folders.
+    """
+    if not isinstance(root, (str, os.PathLike)):
+        raise bad_value(arg, root if isinstance(root, (int, float, bytes)) else type(root).__name__,
+                        "None or the path (str or os.PathLike) of a folder for the slow tier's scratch files")
+    path = Path(root)
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise bad_value(arg, str(root), "a folder for the slow tier's scratch files, not a file")
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        raise bad_value(arg, str(root), f"a folder, or a new folder in an existing one ({str(path.parent)!r} "
+                        "is not a folder); make the parent folders first")
+    return path
+
+
 _ARRAY_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
 
 
@@ -120,10 +141,15 @@ class SlowTier:
     _cleanup: Any = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
-    def create(cls, root: str | os.PathLike | None = None) -> "SlowTier":
-        """Make a fresh scratch folder (never reusing an existing one) under `root` or the temp dir."""
+    def create(cls, root: str | os.PathLike | None = None, *, arg: str = "root") -> "SlowTier":
+        """Make a fresh scratch folder (never reusing an existing one) under `root` or the temp dir.
+
+        `root` must be a folder or a new one in an existing folder (made here); an existing file or
+        a root whose parent is missing raises ValueError naming `arg` (the caller's argument name).
+        """
         if root is not None:
-            Path(root).mkdir(parents=True, exist_ok=True)
+            root = check_root(arg, root)
+            root.mkdir(exist_ok=True)
         d = Path(tempfile.mkdtemp(prefix=f"picasso-slow-{uuid.uuid4().hex[:6]}-", dir=root))
         tier = cls(d)
         # Holds the path, not the tier; runs once (close(), garbage collection or exit).

@@ -184,6 +184,10 @@ class JaggedBatch:
         self.labels = _float_array("labels", self.labels, 1)
         b, f = self.batch_size, len(self.keys)
         if self.dense.shape[0] != b:
+            rows = self.dense.shape[0]
+            if f and self.lengths.shape == (f * rows,):  # dense and lengths agree: the labels are off
+                raise bad_value("labels", f"shape {self.labels.shape}", f"{rows} labels, one per row of dense "
+                                "(and per bag of each field in lengths)", exc=BadBatch)
             raise bad_value("dense", f"shape {self.dense.shape}", f"{b} rows, one per label", exc=BadBatch)
         if self.lengths.shape != (f * b,):
             raise bad_value("lengths", f"shape {self.lengths.shape}", f"shape ({f * b},) = fields x batch",
@@ -519,18 +523,38 @@ def read_criteo_tsv(path: str | os.PathLike, specs: Sequence[FieldSpec] | None =
     ``on_error="skip"`` (the default: one bad line in a day-long log should not stop training) they
     are skipped and counted in `stats`; when no `stats` is passed, a :class:`SkippedRowsWarning`
     with the count and the first bad line is issued once the reader finishes or is closed. With
-    ``on_error="raise"`` the first one raises :class:`MalformedRow`.
+    ``on_error="raise"`` the first one raises :class:`MalformedRow`. A `path` that is not an
+    existing file raises ValueError naming it when this is called, not at the first batch.
     """
+    # Not a generator itself: bad arguments and a missing file are refused here, at the call,
+    # not at the first next().
     check_choice("on_error", on_error, ("skip", "raise"))
     check_range("batch_size", batch_size, 1, integer=True)
     specs = list(specs) if specs is not None else criteo_field_specs()
     if len(specs) != N_CAT_CRITEO:
         raise bad_value("specs", f"{len(specs)} fields", f"{N_CAT_CRITEO} fields for Criteo's C1..C26")
+    path = _existing_file(path, "Criteo TSV")
+    return _read_tsv(path, path.stat().st_size, specs, batch_size, on_error, progress, stats)
+
+
+def _existing_file(path: str | os.PathLike, kind: str) -> Path:
+    """Return `path` as a Path if it names an existing regular file, else raise naming it."""
+    if not isinstance(path, (str, os.PathLike)):
+        shown = path if isinstance(path, (int, float, bytes, type(None))) else type(path).__name__
+        raise bad_value("path", shown, f"a path (str or os.PathLike) to a {kind} file")
+    path = Path(path)
+    if not path.exists():
+        raise bad_value("path", str(path), f"an existing {kind} file")
+    if not path.is_file():
+        raise bad_value("path", str(path), f"a {kind} file, not a folder" if path.is_dir() else f"a {kind} file")
+    return path
+
+
+def _read_tsv(path: Path, size: int, specs, batch_size: int, on_error: str, progress: bool,
+              stats: ReadStats | None) -> Iterator[JaggedBatch]:
     own_stats = stats is None
     stats = stats if stats is not None else ReadStats()
-    path = Path(path)
-    total = path.stat().st_size
-    bar = progress_bar(total, path.name, progress, unit="B", unit_scale=True)
+    bar = progress_bar(size, path.name, progress, unit="B", unit_scale=True)
     try:
         yield from _tsv_batches(path, specs, batch_size, on_error, stats, bar)
     finally:
@@ -555,7 +579,12 @@ def _dense_value(j: int, tok) -> float:
 
 def _tsv_batches(path: Path, specs, batch_size: int, on_error: str, stats: ReadStats, bar) -> Iterator[JaggedBatch]:
     labels, dense, cats = [], [], []
-    with open(path, "rb") as fh:
+    try:
+        fh = open(path, "rb")
+    except OSError as e:  # checked at the call, but gone or unreadable by now
+        bar.close()
+        raise bad_value("path", str(path), f"a readable Criteo TSV file ({e.strerror or e})") from None
+    with fh:
         for lineno, raw in enumerate(fh, 1):
             bar.update(len(raw))
             line = raw.decode("utf-8", "replace").rstrip("\r\n")
@@ -599,40 +628,110 @@ def read_criteo_parquet(path: str | os.PathLike, specs: Sequence[FieldSpec] | No
     Categorical columns may hold integers or hex strings; nulls are missing values. Rows whose
     label is not 0/1 or whose ids do not parse are reported by row number (1-based) and skipped or
     refused as with :func:`read_criteo_tsv` (skipped by default; without `stats`, skipped rows are
-    reported in a :class:`SkippedRowsWarning`).
+    reported in a :class:`SkippedRowsWarning`). Float columns are read as integers only where
+    they hold whole numbers: a row with, say, I1 = 1.7 or C1 = 3.9 is malformed, as "1.7" is in a
+    TSV. A `path` that is not an existing Parquet file raises ValueError naming it when this is
+    called, not at the first batch.
     """
-    import pyarrow.parquet as pq
+    # Not a generator itself: bad arguments, a missing file and one that is not Parquet are
+    # refused here, at the call, not at the first next().
     check_choice("on_error", on_error, ("skip", "raise"))
     check_range("batch_size", batch_size, 1, integer=True)
     specs = list(specs) if specs is not None else criteo_field_specs()
-    own_stats = stats is None
-    stats = stats if stats is not None else ReadStats()
-    pf = pq.ParquetFile(str(path))
+    path = _existing_file(path, "Parquet")
     names = ["label"] + [f"I{i + 1}" for i in range(N_DENSE_CRITEO)] + [s.name for s in specs]
-    have = set(pf.schema_arrow.names)
+    pf = _parquet_file(path)
+    try:
+        have = set(pf.schema_arrow.names)
+        num_rows = pf.metadata.num_rows
+    finally:
+        pf.close()  # reopened when the batches are read: a reader never iterated holds no file
     for n in names:
         if n not in have:
-            raise ValueError(f"field spec does not match the data: column {n!r} is missing from {Path(path).name}")
-    bar = progress_bar(pf.metadata.num_rows, Path(path).name, progress, unit="rows")
+            raise ValueError(f"field spec does not match the data: column {n!r} is missing from {path.name}")
+    return _read_parquet(path, specs, names, num_rows, batch_size, on_error, progress, stats)
+
+
+def _not_parquet(path: Path, exc: Exception) -> ValueError:
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return bad_value("path", str(path), f"a readable Parquet file (pyarrow cannot read {path.name}: {msg})")
+
+
+def _parquet_file(path: Path):
+    """Open `path` with pyarrow, turning its errors on a non-Parquet or corrupt file into one naming the file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
-        yield from _parquet_batches(pf, Path(path), specs, names, batch_size, on_error, stats, bar)
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise _not_parquet(path, exc) from None
+
+
+def _read_parquet(path: Path, specs, names, num_rows: int, batch_size: int, on_error: str, progress: bool,
+                  stats: ReadStats | None) -> Iterator[JaggedBatch]:
+    own_stats = stats is None
+    stats = stats if stats is not None else ReadStats()
+    bar = progress_bar(num_rows, path.name, progress, unit="rows")
+    try:
+        yield from _parquet_batches(path, specs, names, batch_size, on_error, stats, bar)
     finally:
         if own_stats:
-            _warn_skipped(stats, Path(path).name)
+            _warn_skipped(stats, path.name)
 
 
-def _parquet_batches(pf, path: Path, specs, names, batch_size: int, on_error: str, stats: ReadStats,
+def _record_batches(path: Path, names, batch_size: int):
+    """Yield the record batches of `path`, naming the file if pyarrow cannot read one."""
+    import pyarrow as pa
+
+    with _parquet_file(path) as pf:
+        it = pf.iter_batches(batch_size=batch_size, columns=names)
+        while True:
+            try:
+                rb = next(it)
+            except StopIteration:
+                return
+            except (pa.ArrowException, OSError) as exc:
+                raise _not_parquet(path, exc) from None
+            yield rb
+
+
+def _not_whole(rb, names) -> dict[int, str]:
+    """Row -> problem for rows of record batch `rb` with a float that is not a whole number in
+    I1..I13 or a categorical column (1.7 would be truncated to 1); vectorised, float columns only."""
+    import pyarrow as pa
+
+    bad: dict[int, str] = {}
+    for name in names[1:]:
+        col = rb.column(name)
+        if not pa.types.is_floating(col.type):
+            continue
+        a = col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)  # nulls read as NaN
+        with np.errstate(invalid="ignore"):
+            rows = np.flatnonzero(~(np.isfinite(a) & (a == np.floor(a))))
+        if rows.size and col.null_count:
+            rows = rows[~col.is_null().to_numpy(zero_copy_only=False)[rows]]  # a null is a missing value
+        kind = "an integer" if name[0] == "I" and name[1:].isdigit() else "an integer or hex id"
+        for i in rows.tolist():
+            bad.setdefault(i, f"{name}={a[i].item()!r} is not accepted; expected {kind}")
+    return bad
+
+
+def _parquet_batches(path: Path, specs, names, batch_size: int, on_error: str, stats: ReadStats,
                      bar) -> Iterator[JaggedBatch]:
     row0 = 0
-    for rb in pf.iter_batches(batch_size=batch_size, columns=names):
+    for rb in _record_batches(path, names, batch_size):
         cols = rb.to_pydict()
         n = rb.num_rows
+        not_whole = _not_whole(rb, names)
         labels, dense, cats = [], [], []
         for i in range(n):
             try:
                 lab = cols["label"][i]
                 if lab not in (0, 1):
                     raise ValueError(f"label={lab!r}, expected 0 or 1")
+                if not_whole and i in not_whole:
+                    raise ValueError(not_whole[i])
                 d = [_dense_value(j, cols[f"I{j + 1}"][i]) for j in range(N_DENSE_CRITEO)]
                 c = []
                 for s in specs:

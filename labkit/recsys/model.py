@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from labkit.core.errors import bad_value, check_choice, check_range, check_seed
-from labkit.recsys.cache import CachePlan, SlowTier
+from labkit.recsys.cache import CachePlan, SlowTier, check_root
 from labkit.recsys.data import N_DENSE_CRITEO, BadBatch, FieldSpec, JaggedBatch, check_ids
 from labkit.recsys.interleave import Interleaver
 from labkit.recsys.models import (EMB_OPTIMIZERS, DenseArch, PerFieldEmbeddings, check_hidden, check_lr,
@@ -72,6 +72,8 @@ class RecModel:
         lr, dense_lr = check_lr("lr", lr), check_lr("dense_lr", dense_lr)
         n_dense = int(check_range("n_dense", n_dense, 0, 1000, integer=True))
         seed = check_seed(seed, bits=64)
+        if slow_tier_root is not None:
+            check_root("slow_tier_root", slow_tier_root)
         self.kind, self.specs = kind, check_specs(specs)
         packing, interleave, cache = bool(packing), int(interleave), float(cache)
         self.techniques = Techniques(packing, interleave, cache)
@@ -81,7 +83,7 @@ class RecModel:
         tier = None
         if packing or cache > 0:
             # Caching without packing keeps one table per field (same kernels, F lookups).
-            tier = SlowTier.create(slow_tier_root) if cache > 0 else None
+            tier = SlowTier.create(slow_tier_root, arg="slow_tier_root") if cache > 0 else None
         try:
             if packing or cache > 0:
                 self.embeddings = PackedEmbeddings(tables, optimizer=optimizer, lr=lr, seed=seed,

@@ -26,8 +26,9 @@ import torch
 
 from numba import njit, prange
 
-from labkit.core.errors import bad_value, check_choice
+from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.spmm.kernels_cpu import KERNELS, _as_activations, _ld, _u32_as_f32, spmm
+from labkit.spmm.prune import check_sparsity
 from labkit.spmm.tiled_csl import TiledCSL, encode
 
 
@@ -41,6 +42,16 @@ def _check_weight(weight) -> torch.Tensor:
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
         raise bad_value("weight", getattr(weight, "shape", type(weight).__name__), "a 2-D torch.Tensor (M, K)")
     return weight
+
+
+def _check_x(x, k: int) -> None:
+    """Refuse x unless it is a torch tensor of shape (K,) or (K, N) (a few attribute reads: the
+    timed call stays as it was), in :func:`~labkit.spmm.kernels_cpu.spmm`'s words."""
+    if not isinstance(x, torch.Tensor):
+        raise bad_value("x", type(x).__name__, f"a torch.Tensor of shape ({k},) or ({k}, N)")
+    shape = x.shape
+    if not 1 <= len(shape) <= 2 or shape[0] != k:
+        raise bad_value("x.shape", tuple(shape), f"({k},) or ({k}, N) (K = {k}, the weight's columns)")
 
 
 class DenseTorch:
@@ -68,6 +79,7 @@ class DenseTorch:
         return self.weight.numel() * self.weight.element_size()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        _check_x(x, self.weight.shape[1])
         x = x.to(self.weight.dtype)
         if self.call == "matmul":
             return torch.matmul(self.weight, x)
@@ -97,6 +109,7 @@ class TorchCSR:
         return sum(t.numel() * t.element_size() for t in (w.crow_indices(), w.col_indices(), w.values()))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        _check_x(x, self.shape[1])
         x = x.float()
         if x.dim() == 1:
             return torch.matmul(self.weight, x[:, None])[:, 0]
@@ -122,6 +135,7 @@ class ScipyCSR:
         return int(w.data.nbytes + w.indices.nbytes + w.indptr.nbytes)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        _check_x(x, self.shape[1])
         return torch.from_numpy(self.weight @ x.float().numpy())
 
 
@@ -197,6 +211,13 @@ class TiledCSLMatmul:
 
 
 def roofline_bytes(m: int, k: int, n: int, sparsity: float) -> dict[str, float]:
-    """Return the byte model: dense 16-bit weights 2MK, Tiled-CSL 4(1-s)MK, activations 2KN + 4MN."""
+    """Return the byte model: dense 16-bit weights 2MK, Tiled-CSL 4(1-s)MK, activations 2KN + 4MN.
+
+    M, K, N are integers >= 1 and `sparsity` a number in [0, 1) (as the pruners take it); anything
+    else raises ValueError naming it.
+    """
+    for arg, v in (("m", m), ("k", k), ("n", n)):
+        check_range(arg, v, 1, integer=True)
+    sparsity = check_sparsity(sparsity)
     io = 2 * k * n + 4 * m * n
     return {"dense": 2.0 * m * k + io, "tiled_csl": 4.0 * (1 - sparsity) * m * k + io}

@@ -81,3 +81,45 @@ def test_synthetic_trace_names_a_bad_seed():
     with pytest.raises(ValueError, match=SEED_MSG.format(-1)):
         synthetic_trace(5, seed=-1)
     assert len(synthetic_trace(5, seed=np.int64(3))) == 5
+
+
+# ---- ProcessWorkerPool: max_workers checked as passed, each argument blamed by name ----------
+
+def _never_called(keys):
+    raise AssertionError("no worker may start for a refused pool")
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"workers": 5, "max_workers": 2.5}, r"^max_workers=2\.5 is not accepted; expected an integer in \[1, 256\]$"),
+    ({"workers": 1, "max_workers": "abc"}, r"^max_workers='abc' is not accepted; expected an integer in \[1, 256\]$"),
+    ({"workers": 1, "max_workers": 0}, r"^max_workers=0 is not accepted"),
+    ({"workers": 1, "max_workers": True}, r"^max_workers=True is not accepted"),
+    ({"workers": 1000}, r"^workers=1000 is not accepted; expected an integer in \[1, 256\]$"),
+    ({"workers": 2.5}, r"^workers=2\.5 is not accepted"),
+    ({"workers": 3, "max_workers": 2}, r"^workers=3 is not accepted; expected an integer in \[1, 2\]$"),
+])
+def test_process_pool_checks_max_workers_then_workers_naming_each(kw, match, no_leaks):
+    from labkit.dataworkers.workers import ProcessWorkerPool
+    with pytest.raises(ValueError, match=match):
+        ProcessWorkerPool(_never_called, **kw)
+
+
+# ---- extract: the program and check_batches by name --------------------------------------------
+
+@pytest.mark.parametrize("program, match", [
+    ("x", r"^program='x' is not accepted; expected a labkit.dataworkers.workloads.Program"),
+    (None, r"^program=None is not accepted; expected a labkit.dataworkers.workloads.Program"),
+    (nn.Linear(2, 2), r"^program='Linear' is not accepted; expected a labkit.dataworkers.workloads.Program"),
+])
+def test_extract_names_a_program_that_is_not_one(program, match):
+    from labkit.dataworkers.extract import extract
+    with pytest.raises(ValueError, match=match):
+        extract(program)
+
+
+@pytest.mark.parametrize("n", [0, -1, 1.5, "2"])
+def test_extract_names_check_batches_not_batches(n):
+    from labkit.dataworkers.extract import extract
+    with pytest.raises(ValueError, match=rf"^check_batches={n!r} is not accepted; expected an integer in \[1, inf\]"):
+        extract(toy(), check_batches=n)
+    assert extract(toy(), check_batches=1.0).cut.dataset_moved  # a whole float is an integer, as everywhere

@@ -274,3 +274,114 @@ def test_technique_explorer_checks_its_arguments_up_front(kw, msg):
     with pytest.raises(ValueError, match=msg) as e:
         technique_explorer(**kw)
     _one_line(e)
+
+
+# ---- 7. readers: file errors at the call, floats in Parquet ----------------------------------
+
+def _criteo_parquet(path, dense, cat, n=2):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    cols = {"label": [1, 0, 1][:n]}
+    cols.update({f"I{i + 1}": dense[:n] for i in range(13)})
+    cols.update({f"C{i + 1}": cat[:n] for i in range(26)})
+    pq.write_table(pa.table(cols), path)
+    return path
+
+
+def test_criteo_readers_refuse_a_missing_file_or_a_folder_at_the_call(tmp_path):
+    from labkit.recsys.data import read_criteo_parquet
+    missing = tmp_path / "nope.tsv"
+    # Raised by the call itself, not by the first next(): no list() here.
+    with pytest.raises(ValueError, match=r"path='.*nope.tsv' is not accepted; expected an existing Criteo TSV "
+                                         r"file$") as e:
+        read_criteo_tsv(missing, progress=False)
+    _one_line(e)
+    with pytest.raises(ValueError, match=r"path='.*' is not accepted; expected a Criteo TSV file, not a folder"):
+        read_criteo_tsv(tmp_path, progress=False)
+    with pytest.raises(ValueError, match=r"path='.*nope.parquet' is not accepted; expected an existing Parquet "
+                                         r"file$"):
+        read_criteo_parquet(tmp_path / "nope.parquet", progress=False)
+    with pytest.raises(ValueError, match=r"path='.*' is not accepted; expected a Parquet file, not a folder"):
+        read_criteo_parquet(tmp_path, progress=False)
+    with pytest.raises(ValueError, match=r"path=3 is not accepted; expected a path"):
+        read_criteo_tsv(3, progress=False)
+
+
+def test_read_criteo_parquet_names_a_file_that_is_not_parquet(tmp_path):
+    from labkit.recsys.data import read_criteo_parquet
+    p = tmp_path / "good.tsv"
+    p.write_text("\t".join(["1"] + ["3"] * 13 + ["a"] * 26) + "\n")
+    with pytest.raises(ValueError, match=r"path='.*good.tsv' is not accepted; expected a readable Parquet file "
+                                         r"\(pyarrow cannot read good.tsv: .*magic bytes") as e:
+        read_criteo_parquet(p, progress=False)
+    _one_line(e)
+    assert len(list(read_criteo_tsv(p, progress=False))) == 1  # the same file is fine as TSV
+
+
+@pytest.mark.parametrize("dense, cat, shown", [([1.7, 2.0], [3.0, 4.0], "I1=1.7"),
+                                               ([1.0, 2.0], [3.9, 4.0], "C1=3.9"),
+                                               ([math.inf, 2.0], [3.0, 4.0], "I1=inf"),
+                                               ([1.0, 2.0], [math.nan, 4.0], "C1=nan")])
+def test_read_criteo_parquet_refuses_floats_that_are_not_whole(tmp_path, dense, cat, shown):
+    from labkit.recsys.data import read_criteo_parquet
+    p = _criteo_parquet(tmp_path / "f.parquet", dense, cat)
+    stats = ReadStats()
+    got = list(read_criteo_parquet(p, progress=False, stats=stats))
+    assert stats.rows == 1 and stats.skipped == 1  # row 2 holds whole floats: read as integers
+    assert stats.problems[0].startswith(f"f.parquet row 1: {shown} is not accepted; expected an integer")
+    assert got[0].batch_size == 1 and np.allclose(got[0].dense, np.log1p(2.0))
+    with pytest.raises(MalformedRow, match=rf"f.parquet row 1: {shown} is not accepted"):
+        list(read_criteo_parquet(p, progress=False, on_error="raise"))
+
+
+def test_read_criteo_parquet_float_nulls_are_still_missing_values(tmp_path):
+    from labkit.recsys.data import read_criteo_parquet
+    p = _criteo_parquet(tmp_path / "f.parquet", [None, 2.0], [None, 4.0])
+    stats = ReadStats()
+    got = list(read_criteo_parquet(p, progress=False, stats=stats))
+    assert stats.skipped == 0 and got[0].batch_size == 2
+    assert got[0].dense[0].tolist() == [0.0] * 13 and got[0].lengths.reshape(26, 2)[:, 0].sum() == 0
+
+
+# ---- 8. RecModel's slow_tier_root ------------------------------------------------------------
+
+def test_rec_model_slow_tier_root_must_be_a_folder(tmp_path):
+    f = tmp_path / "t4.py"
+    f.write_text("x = 1\n")
+    with pytest.raises(ValueError, match=r"slow_tier_root='.*t4.py' is not accepted; expected a folder for the slow "
+                                         r"tier's scratch files, not a file") as e:
+        RecModel("wide_deep", SPECS, cache=0.5, slow_tier_root=str(f))
+    _one_line(e)
+    with pytest.raises(ValueError, match="slow_tier_root=3 is not accepted"):
+        RecModel("wide_deep", SPECS, cache=0.5, slow_tier_root=3)
+
+
+def test_rec_model_slow_tier_root_is_not_made_with_its_missing_parents(tmp_path):
+    deep = tmp_path / "missing" / "deep" / "dir"
+    with pytest.raises(ValueError, match=r"slow_tier_root='.*missing/deep/dir' is not accepted; expected a folder, "
+                                         r"or a new folder in an existing one"):
+        RecModel("wide_deep", SPECS, cache=0.5, slow_tier_root=deep)
+    assert not (tmp_path / "missing").exists()
+    with pytest.raises(ValueError, match=r"slow_tier_root='.*missing/deep/dir' is not accepted"):
+        RecModel("wide_deep", SPECS, slow_tier_root=deep)  # checked whether or not a tier is made
+    # The last component itself is made, as before.
+    with RecModel("wide_deep", SPECS, cache=0.5, slow_tier_root=tmp_path / "tier") as m:
+        assert m.train_step(_batch()) >= 0 and (tmp_path / "tier").is_dir()
+
+
+def test_slow_tier_create_names_its_root(tmp_path):
+    from labkit.recsys.cache import SlowTier
+    with pytest.raises(ValueError, match=r"^root='.*gone/x' is not accepted; expected a folder"):
+        SlowTier.create(tmp_path / "gone" / "x")
+    assert not (tmp_path / "gone").exists()
+
+
+# ---- 9. which of dense and labels is wrong ---------------------------------------------------
+
+def test_a_label_too_many_is_blamed_on_labels_not_dense():
+    with pytest.raises(BadBatch, match=r"^labels='shape \(3,\)' is not accepted; expected 2 labels, one per row of "
+                                       r"dense") as e:
+        _batch(labels=(0.0, 1.0, 0.0), dense=np.zeros((2, 13)))  # dense and lengths: 2 samples
+    _one_line(e)
+    with pytest.raises(BadBatch, match=r"^labels='shape \(1,\)' is not accepted; expected 2 labels"):
+        _batch(labels=(0.0,), dense=np.zeros((2, 13)))

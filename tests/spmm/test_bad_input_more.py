@@ -1,5 +1,7 @@
 """More bad input at the Flash-LLM entry points: one-line ValueErrors naming the argument and value."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -135,3 +137,46 @@ def test_spmm_out_must_be_a_numpy_array(case, out, shown):
         spmm(enc, torch.ones(64), out=out)
     buf = np.empty((64, 1), np.float32)
     assert spmm(enc, torch.ones(64), out=buf).shape == (64,)
+
+
+# ---- the baselines check x's shape as the lab's spmm does; roofline_bytes checks its sizes -----
+
+def _baselines(w):
+    from labkit.spmm.baselines import BF16CSR, DenseTorch, ScipyCSR, TorchCSR
+    return [DenseTorch(w), DenseTorch(w, call="linear"), TorchCSR(w), ScipyCSR(w), BF16CSR(w)]
+
+
+@pytest.mark.parametrize("shape", [(64, 1), (64,), (16, 2)])
+def test_baselines_refuse_activations_of_the_wrong_k(shape):
+    w = torch.randn(32, 128)
+    for op in _baselines(w):
+        with pytest.raises(ValueError, match=rf"^x.shape={re.escape(repr(shape))} is not accepted; expected "
+                                             r"\(128,\) or \(128, N"):
+            op(torch.randn(*shape))
+        assert op(torch.randn(128, 2)).shape == (32, 2) and op(torch.randn(128)).shape == (32,)
+
+
+def test_baselines_refuse_x_that_is_not_a_tensor_or_has_too_many_dims():
+    from labkit.spmm.baselines import DenseTorch, ScipyCSR, TorchCSR
+    w = torch.randn(8, 16)
+    for op in (DenseTorch(w), TorchCSR(w), ScipyCSR(w)):
+        with pytest.raises(ValueError, match=r"^x='list' is not accepted; expected a torch.Tensor of shape \(16,\)"):
+            op([1.0] * 16)
+        with pytest.raises(ValueError, match=r"^x.shape=\(16, 2, 1\) is not accepted"):
+            op(torch.randn(16, 2, 1))
+
+
+@pytest.mark.parametrize("args, match", [
+    ((-1, 4, 4, 0.5), r"^m=-1 is not accepted; expected an integer in \[1, inf\]$"),
+    ((4, 0, 4, 0.5), r"^k=0 is not accepted"),
+    ((4, 4, 2.5, 0.5), r"^n=2.5 is not accepted"),
+    ((4, 4, 4, 2), r"^sparsity=2 is not accepted; expected a number in \[0.0, 1.0\)$"),
+    ((4, 4, 4, 1.0), r"^sparsity=1.0 is not accepted"),
+    ((4, 4, 4, -0.1), r"^sparsity=-0.1 is not accepted"),
+    ((4, 4, 4, float("nan")), r"^sparsity=nan is not accepted"),
+])
+def test_roofline_bytes_checks_sizes_and_sparsity(args, match):
+    from labkit.spmm.baselines import roofline_bytes
+    with pytest.raises(ValueError, match=match):
+        roofline_bytes(*args)
+    assert roofline_bytes(4, 4, 4, 0.0) == {"dense": 2.0 * 16 + 2 * 16 + 4 * 16, "tiled_csl": 4.0 * 16 + 96}
