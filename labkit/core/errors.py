@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numbers
+import os
+from pathlib import Path
 from typing import Any, Iterable
 
 
@@ -66,3 +68,16 @@ def check_seed(seed: Any, arg: str = "seed", *, per: int = 1, bits: int = 63) ->
         shown = f"[0, 2**{end.bit_length() - 1})" if end & (end - 1) == 0 else f"[0, {end - 1}]"
         raise bad_value(arg, seed, f"an integer in {shown}")
     return int(seed)
+
+
+def check_file(path: Any, kind: str, arg: str = "path") -> Path:
+    """Return `path` as a Path if it names an existing regular file, else raise naming `arg` and `kind`."""
+    if not isinstance(path, (str, os.PathLike)):
+        shown = path if isinstance(path, (int, float, bytes, type(None))) else type(path).__name__
+        raise bad_value(arg, shown, f"a path (str or os.PathLike) to a {kind} file")
+    path = Path(path)
+    if not path.exists():
+        raise bad_value(arg, str(path), f"an existing {kind} file")
+    if not path.is_file():
+        raise bad_value(arg, str(path), f"a {kind} file, not a folder" if path.is_dir() else f"a {kind} file")
+    return path

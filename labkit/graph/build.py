@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from labkit.core.errors import bad_value, check_range
+from labkit.core.errors import bad_value, check_file, check_range
 from labkit.graph.csr import CSR, _too_big, build_csr_chunked, check_num_nodes
 
 Chunks = Callable[[], Iterator[tuple[np.ndarray, ...]]]  # (src, dst) chunks, or (src, dst, weights)
@@ -33,7 +33,7 @@ def csv_edge_chunks(path: str | Path, *, chunk_rows: int = 1 << 20, src: str = "
     """
     import pandas as pd
 
-    path = _existing_file(path, "CSV")
+    path = check_file(path, "CSV")
     check_range("chunk_rows", chunk_rows, 1, integer=True)
     if num_nodes is not None:
         num_nodes = check_num_nodes(num_nodes, 1)
@@ -155,16 +155,6 @@ def _csv_field_checks(path: Path, block: int = 1 << 24) -> Iterator[tuple]:
             tail = buf[ends[-1] + 1:]
 
 
-def _existing_file(path: str | Path, kind: str) -> Path:
-    """Return `path` as a Path if it names an existing regular file, else raise naming it."""
-    path = Path(path)
-    if not path.exists():
-        raise bad_value("path", str(path), f"an existing {kind} file")
-    if not path.is_file():
-        raise bad_value("path", str(path), f"a {kind} file, not a folder" if path.is_dir() else f"a {kind} file")
-    return path
-
-
 def _not_utf8(path: Path, exc: UnicodeDecodeError) -> ValueError:
     return bad_value("path", str(path), f"a UTF-8 CSV file with a header row ({path.name} is not a UTF-8 CSV: "
                      f"byte {exc.object[exc.start:exc.start + 1]!r} does not decode)")
@@ -229,7 +219,7 @@ def parquet_edge_chunks(path: str | Path, *, batch_rows: int = 1 << 20, src: str
     weight that is null or not finite, raises ValueError naming the file and the row number
     (1 = first row), as csv_edge_chunks does.
     """
-    path = _existing_file(path, "Parquet")
+    path = check_file(path, "Parquet")
     check_range("batch_rows", batch_rows, 1, integer=True)
     if num_nodes is not None:
         num_nodes = check_num_nodes(num_nodes, 1)

@@ -18,7 +18,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from labkit.core.atomic import atomic_write_json
-from labkit.core.errors import LabkitError, bad_value, check_choice, check_range, check_seed
+from labkit.core.errors import LabkitError, bad_value, check_choice, check_file, check_range, check_seed
 from labkit.core.progress import progress_bar
 
 POOLINGS = ("sum", "mean")
@@ -533,21 +533,8 @@ def read_criteo_tsv(path: str | os.PathLike, specs: Sequence[FieldSpec] | None =
     specs = list(specs) if specs is not None else criteo_field_specs()
     if len(specs) != N_CAT_CRITEO:
         raise bad_value("specs", f"{len(specs)} fields", f"{N_CAT_CRITEO} fields for Criteo's C1..C26")
-    path = _existing_file(path, "Criteo TSV")
+    path = check_file(path, "Criteo TSV")
     return _read_tsv(path, path.stat().st_size, specs, batch_size, on_error, progress, stats)
-
-
-def _existing_file(path: str | os.PathLike, kind: str) -> Path:
-    """Return `path` as a Path if it names an existing regular file, else raise naming it."""
-    if not isinstance(path, (str, os.PathLike)):
-        shown = path if isinstance(path, (int, float, bytes, type(None))) else type(path).__name__
-        raise bad_value("path", shown, f"a path (str or os.PathLike) to a {kind} file")
-    path = Path(path)
-    if not path.exists():
-        raise bad_value("path", str(path), f"an existing {kind} file")
-    if not path.is_file():
-        raise bad_value("path", str(path), f"a {kind} file, not a folder" if path.is_dir() else f"a {kind} file")
-    return path
 
 
 def _read_tsv(path: Path, size: int, specs, batch_size: int, on_error: str, progress: bool,
@@ -638,7 +625,7 @@ def read_criteo_parquet(path: str | os.PathLike, specs: Sequence[FieldSpec] | No
     check_choice("on_error", on_error, ("skip", "raise"))
     check_range("batch_size", batch_size, 1, integer=True)
     specs = list(specs) if specs is not None else criteo_field_specs()
-    path = _existing_file(path, "Parquet")
+    path = check_file(path, "Parquet")
     names = ["label"] + [f"I{i + 1}" for i in range(N_DENSE_CRITEO)] + [s.name for s in specs]
     pf = _parquet_file(path)
     try:
