@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
         return parent.add_parser(name, help=help, description=description, formatter_class=raw,
                                  epilog="examples:\n" + examples)
 
-    command("doctor", "versions, cores, memory, disk, GPU, Chromium: one verdict each",
+    command("doctor", "versions, cores, memory, disk, data folder, GPU, Chromium: one verdict each",
             "Check what this machine has for the labs: Python packages, CPU cores, memory, the data "
             "disk (writable, O_DIRECT), a GPU, Chromium for the browser test. One verdict per line; exit 0, "
             "or 1 when a required item fails.",
