@@ -13,6 +13,7 @@ import datetime as _dt
 import gc
 import json
 import math
+import os
 import re
 import statistics
 import sys
@@ -184,19 +185,21 @@ class BenchReport:
     seconds: float
     notes: list[str] = field(default_factory=list)
     title: str = ""
+    pid: int | None = None  #: the process that ran the bench (reproduce runs each in its own)
 
     def to_json(self) -> dict:
         return {"system": self.system, "profile": self.profile, "machine": self.machine,
                 "results": self.results, "claims": [c.to_json() for c in self.claims],
                 "comparisons": [c.to_json() for c in self.comparisons],
-                "started": self.started, "seconds": self.seconds, "notes": self.notes, "title": self.title}
+                "started": self.started, "seconds": self.seconds, "notes": self.notes, "title": self.title,
+                "pid": self.pid}
 
     @classmethod
     def from_json(cls, d: dict) -> "BenchReport":
         """Rebuild a report from :meth:`to_json` (e.g. one a child process wrote)."""
         return cls(d["system"], d["profile"], d["machine"], d["results"],
                    [Claim.from_json(c) for c in d["claims"]], [Comparison.from_json(c) for c in d["comparisons"]],
-                   d["started"], d["seconds"], list(d.get("notes", [])), d.get("title", ""))
+                   d["started"], d["seconds"], list(d.get("notes", [])), d.get("title", ""), d.get("pid"))
 
     def comparisons_markdown(self) -> str:
         rows = []
@@ -359,7 +362,7 @@ class Bench:
     def report(self) -> BenchReport:
         return BenchReport(self.system, self.profile, machine_info(), dict(self.results),
                            list(self.claims.values()), list(self.comparisons), self._started,
-                           time.perf_counter() - self._t0, list(self.notes), self.title)
+                           time.perf_counter() - self._t0, list(self.notes), self.title, os.getpid())
 
 
 def write_json(report: BenchReport | list[BenchReport], path: str, *, overwrite: bool = True) -> None:
@@ -425,7 +428,6 @@ def update_benchmarks_md(path: str, key: str | None = None, markdown: str | None
     that `path` may be recorded into.
     """
     import fcntl
-    import os
     from pathlib import Path
 
     from labkit.core.atomic import atomic_write_text

@@ -199,11 +199,18 @@ def test_reproduce_runs_each_bench_in_a_fresh_process(tmp_path):
     """The default path: a real system's bench in a child process, its report read back whole."""
     from labkit.core.bench import BenchReport
     js, md = tmp_path / "r.json", tmp_path / "B.md"
-    r = run("reproduce", "--profile", "ci", "--only", "recsys", "--json", str(js), "--record", str(md), "--quiet")
+    p = subprocess.Popen([sys.executable, "-m", "labkit.cli", "reproduce", "--profile", "ci", "--only", "recsys,spmm",
+                          "--json", str(js), "--record", str(md), "--quiet"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = p.communicate(timeout=900)
+    r = subprocess.CompletedProcess(p.args, p.returncode, out, err)
     assert r.returncode == 0, r.stderr
     d = json.loads(js.read_text())
     rep = BenchReport.from_json(d[0])
     assert rep.system == "recsys" and rep.claims and rep.comparisons
+    # each bench ran in a process of its own, neither of them reproduce's
+    pids = [BenchReport.from_json(x).pid for x in d]
+    assert len(set(pids)) == 2 and p.pid not in pids and all(pids)
     assert all(len(c.times[n]) >= 2 for c in rep.comparisons for n in c.names)
     assert "labkit-bench:recsys:ci begin" in md.read_text() and "recsys.emb_speedup_f100" in r.stdout
 
