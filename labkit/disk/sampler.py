@@ -23,7 +23,7 @@ from labkit.core.arrays import unique
 from labkit.core.errors import bad_value, check_range
 from labkit.disk.store import entry_rows, lists_ptr
 from labkit.graph.csr import check_node_ids
-from labkit.graph.sampling import sample_neighbors
+from labkit.graph.sampling import _sample_hop
 
 
 @dataclass
@@ -109,7 +109,9 @@ class NeighborSampler:
             # The draws need only each list's length (indptr), so they come first and only the
             # sampled entries are fetched, once for the whole group.
             ptr = lists_ptr(indptr, union)
-            draws = [sample_neighbors(ptr, None, r, fanout, seed=st.key, stream=h) for st, r in zip(states, rows)]
+            # The kernel behind sample_neighbors, unchecked, as the Dask store's sampler calls it: ptr
+            # is built here from lengths, rows index it, and the fanouts were checked when made.
+            draws = [_sample_hop(ptr, r, fanout, False, st.key, h) for st, r in zip(states, rows)]
             if len(states) == 1:
                 picks = [self.topology.entries(union, ptr, draws[0][1])]
             else:
