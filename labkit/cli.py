@@ -42,10 +42,9 @@ def _output(arg: str, path: str, *, replace: bool = True, markdown: bool = False
         raise LabkitError(f"{arg}={path!r} is not accepted; it is a folder, expected a file path")
     if not where.is_dir():
         raise LabkitError(f"{arg}={path!r} is not accepted; its folder {str(where)!r} does not exist")
-    import tempfile
-    try:  # os.access says yes to root almost anywhere (/proc, /sys): try what the atomic write will do
-        with tempfile.NamedTemporaryFile(dir=where, prefix=f".{p.name}.", suffix=".check"):
-            pass
+    from labkit.core.atomic import probe_writable
+    try:
+        probe_writable(where)
     except OSError as exc:
         raise LabkitError(f"{arg}={path!r} is not accepted; no file can be written in its folder {str(where)!r} "
                           f"({exc.strerror or exc})") from None

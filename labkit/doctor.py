@@ -72,12 +72,14 @@ def _data_folder(root: Path) -> tuple[str, str, str]:
     import os
     import tempfile
 
+    from labkit.core.atomic import probe_writable
     from labkit.core.directio import filesystem_type, probe_direct
     where = root
     while not where.exists() and where != where.parent:  # the folder `labkit data make` will create
         where = where.parent
     try:
-        with tempfile.NamedTemporaryFile(dir=where, prefix=".labkit-doctor-") as fh:
+        probe_writable(where)
+        with tempfile.NamedTemporaryFile(dir=where, prefix=".labkit-doctor-") as fh:  # a page to read directly
             fh.write(b"\0" * 4096)
             fh.flush()
             os.fsync(fh.fileno())

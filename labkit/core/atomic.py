@@ -64,6 +64,15 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb", *, overwrite: bool = 
         raise
 
 
+def probe_writable(folder: str | os.PathLike) -> None:
+    """Create and remove a temporary file in `folder`, as an atomic write would; OSError if it cannot.
+
+    ``os.access`` says yes to root almost anywhere (``/proc``, ``/sys``): only a write tells.
+    """
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=".labkit-probe-", suffix=".tmp"):
+        pass
+
+
 def atomic_write_text(path: str | os.PathLike, text: str, *, overwrite: bool = True) -> None:
     """Write `text` to `path` atomically."""
     with atomic_open(path, "w", overwrite=overwrite) as fh:

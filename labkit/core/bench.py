@@ -447,13 +447,12 @@ def update_benchmarks_md(path: str, key: str | None = None, markdown: str | None
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         text = p.read_text(encoding="utf-8") if p.exists() else ""
+        hint = "--force" if arg.startswith("--") else "force=True"
         if (text.strip() and "<!-- labkit-bench:" not in text and not text.lstrip().startswith("# Benchmarks")
                 and not force):
-            hint = "--force" if arg.startswith("--") else "force=True"
             raise bad_value(arg, str(path), "a benchmarks file (titled '# Benchmarks' or holding labkit-bench "
                             f"sections), an empty file or a new path; pass {hint} to write into it anyway")
         if p.exists() and not p.stat().st_mode & 0o222 and not force:
-            hint = "--force" if arg.startswith("--") else "force=True"
             raise bad_value(arg, str(path), f"a writable file (this one is read-only; make it writable or pass {hint})")
         _check_markers(text, arg, str(path))
         if not sections:
