@@ -10,13 +10,15 @@ from pathlib import Path
 from labkit.core import machine
 from labkit.core.memory import fmt_bytes
 
-_PACKAGES = ("torch", "numpy", "numba", "scipy", "pandas", "torch_geometric", "plotly", "ipywidgets",
-             "anywidget", "jupyterlab", "papermill", "dask", "distributed", "psutil", "tqdm")
+# Every runtime dependency pinned in pyproject.toml, by import name (PIL is pillow).
+_PACKAGES = ("torch", "numpy", "numba", "scipy", "pandas", "pyarrow", "torch_geometric", "plotly", "ipywidgets",
+             "anywidget", "ipykernel", "jupyterlab", "papermill", "nbformat", "dask", "distributed", "psutil",
+             "tqdm", "PIL")
 _OPTIONAL = ("cupy", "pynvml", "playwright", "torchrec", "fbgemm_gpu")
 
 
 _DIST = {"torch_geometric": "torch-geometric", "pynvml": "nvidia-ml-py", "fbgemm_gpu": "fbgemm-gpu-cpu",
-         "cupy": "cupy-cuda12x"}
+         "cupy": "cupy-cuda12x", "PIL": "pillow"}
 
 
 def _version(mod: str) -> str | None:
