@@ -57,8 +57,8 @@ def roofline_figure(roof: dict, points: list[dict] | None = None):
     if _positive(fp32):
         fig.add_scatter(x=[fp32 / bw, hi], y=[fp32, fp32], mode="lines", name=f"fp32 GEMM roof: {fp32:.0f} GFLOP/s",
                         line={"color": "#e63946", "width": 1, "dash": "dot"})
-    fig.add_scatter(x=[ridge], y=[peak], mode="markers+text", name=f"ridge point: {ridge:.1f} FLOP/byte",
-                    text=[f"ridge {ridge:.1f} FLOP/B"], textposition="top left",
+    fig.add_scatter(x=[ridge], y=[peak], mode="markers+text", name=f"ridge point: {_flop_per_byte(ridge)} FLOP/byte",
+                    text=[f"ridge {_flop_per_byte(ridge)} FLOP/B"], textposition="top left",
                     marker={"size": 12, "color": "black", "symbol": "x"})
     fig.add_vline(x=ridge, line_dash="dot", line_color="#999")
     for kernel in dict.fromkeys(p["kernel"] for p in points):
@@ -71,9 +71,18 @@ def roofline_figure(roof: dict, points: list[dict] | None = None):
                                    for p in sel], hoverinfo="text")
     fig.update_xaxes(type="log", title_text="arithmetic intensity (FLOP per byte of weights)")
     fig.update_yaxes(type="log", title_text="attainable GFLOP/s")
-    fig.update_layout(height=420, title=f"This machine's roofline: memory-bound below {ridge:.1f} FLOP/byte "
-                                        f"({roof.get('threads', '?')} threads)")
+    title = (f"This machine's roofline: memory-bound below {_flop_per_byte(ridge)} FLOP/byte "
+             f"({roof.get('threads', '?')} threads)")
+    if _positive(fp32) and fp32 > peak:
+        # A CPU without fast bf16 arithmetic: the bf16 roof, not the memory slope, bounds dense bf16.
+        title += f"<br>bf16 GEMM runs at {peak / fp32:.2g}x the fp32 rate here"
+    fig.update_layout(height=420, title=title)
     return fig
+
+
+def _flop_per_byte(x: float) -> str:
+    """An intensity for a label: one decimal from 1 up, two significant digits below (0.019, not 0.0)."""
+    return f"{x:.1f}" if x >= 1 else f"{x:.2g}"
 
 
 def sparsity_explorer(shape: tuple[int, int], n: int = 1, repeats: int = 3, seed: int = 0):
@@ -92,6 +101,10 @@ def sparsity_explorer(shape: tuple[int, int], n: int = 1, repeats: int = 3, seed
     fig.add_bar(x=["dense_bf16", "tiled_csl_sparse", "tiled_csl_dense_tile"], y=[0, 0, 0], row=1, col=1,
                 name="ms")
     fig.add_bar(x=["dense_bf16", "tiled_csl"], y=[0, 0], row=1, col=2, name="MiB")
+    fig.update_yaxes(title_text="ms per product", row=1, col=1)
+    fig.update_yaxes(title_text="MiB of weights", row=1, col=2)
+    fig.update_xaxes(title_text="kernel", row=1, col=1)
+    fig.update_xaxes(title_text="format", row=1, col=2)
     fig.update_layout(height=340, showlegend=False)
     slider = W.FloatSlider(value=0.8, min=0.5, max=0.95, step=0.05, description="sparsity")
 
@@ -141,12 +154,24 @@ def n_explorer(shape: tuple[int, int], sparsity: float = 0.8, max_log2_n: int = 
         ns = sorted(seen)
         f.data[0].x, f.data[0].y = ns, [seen[k][0] for k in ns]
         f.data[1].x, f.data[1].y = ns, [seen[k][1] for k in ns]
-        losing = [k for k in ns if max(seen[k]) < 1.0]
-        f.layout.title = (f"N={n}: sparse {seen[n][0]:.2f}x, dense-tile {seen[n][1]:.2f}x"
-                          + (f"; dense wins from N={losing[0]} among those tried" if losing else ""))
+        f.layout.title = f"N={n}: sparse {seen[n][0]:.2f}x, dense-tile {seen[n][1]:.2f}x" + _dense_ahead(seen)
         return {"n": n, "sparse": seen[n][0], "dense_tile": seen[n][1], "points": dict(seen)}
 
     return slider_plot({"log2 N": slider}, update, fig, title="Batch size N vs speedup (the crossover)")
+
+
+def _dense_ahead(seen: dict[int, tuple[float, float]]) -> str:
+    """The title's note on where dense beat both kernels among the N tried so far ("" if nowhere).
+
+    "from N=k" only when dense is ahead at k and at every larger N tried; otherwise the Ns are listed
+    (a noisy or cache-sized case can lose at N=4 and win again at N=16)."""
+    ns = sorted(seen)
+    losing = [k for k in ns if max(seen[k]) < 1.0]
+    if not losing:
+        return ""
+    if losing == ns[ns.index(losing[0]):]:
+        return f"; dense ahead from N={losing[0]} on, among the N tried"
+    return f"; dense ahead at N={', '.join(map(str, losing))} only, among the N tried"
 
 
 def tile_picture(enc: TiledCSL, tile_row: int = 0, tile_col: int = 0, max_cols: int = 256):
@@ -162,5 +187,9 @@ def tile_picture(enc: TiledCSL, tile_row: int = 0, tile_col: int = 0, max_cols: 
     fig.add_heatmap(z=(t != 0).astype(np.int8), colorscale=[[0, "white"], [1, "black"]], showscale=False,
                     row=1, col=1)
     fig.add_histogram(x=counts, nbinsx=40, row=1, col=2)
+    fig.update_xaxes(title_text="column in tile", row=1, col=1)
+    fig.update_yaxes(title_text="row in tile", autorange="reversed", row=1, col=1)
+    fig.update_xaxes(title_text="non-zeros in a tile", row=1, col=2)
+    fig.update_yaxes(title_text="tiles", row=1, col=2)
     fig.update_layout(height=320, showlegend=False)
     return fig
