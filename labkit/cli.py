@@ -115,16 +115,56 @@ def _write_json(args: argparse.Namespace, reports) -> bool:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports bad input on one line and exits with code 2."""
+    """argparse that reports bad input on one line, with what is accepted, and exits with code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        required = "the following arguments are required: "
+        if message.startswith(required):  # say what the missing argument could be, not only its name
+            names = [n.strip() for n in message[len(required):].split(",")]
+            for a in self._actions:
+                if a.required and (a.dest in names or a.metavar in names):
+                    accepted = getattr(a, "accepted", None)
+                    accepted = accepted() if callable(accepted) else accepted or a.choices
+                    if accepted:
+                        message += f"; {a.metavar or a.dest} is one of {', '.join(accepted)}"
+            message += f" (see `{self.prog} --help`)"
+        elif message.startswith("argument ") and message.endswith(": expected one argument"):
+            flag = message[len("argument "):-len(": expected one argument")]
+            for a in self._actions:
+                if flag in a.option_strings:  # say what the value should be
+                    what = f"one of {', '.join(a.choices)}" if a.choices else (a.help or "")
+                    message += f" ({a.metavar + ': ' if a.metavar else ''}{what})"
         print(f"labkit: error: {message}", file=sys.stderr)
         sys.exit(2)
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """Parse; an unknown flag is reported with the options its own command accepts."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            target = self._command(ns)
+            opts = [s for a in target._actions for s in a.option_strings if s.startswith("--")]
+            self.error(f"unrecognized arguments: {' '.join(extras)}; `{target.prog}` accepts "
+                       f"{', '.join(opts)} (see `{target.prog} --help`)")
+        return ns
+
+    def _command(self, ns: argparse.Namespace) -> argparse.ArgumentParser:
+        """The (sub)command parser that `ns` was parsed by: `labkit data make` for `labkit data make ...`."""
+        for a in self._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                chosen = a.choices.get(getattr(ns, a.dest, None) or "")
+                if isinstance(chosen, _Parser):
+                    return chosen._command(ns)
+        return self
 
 
 def _system_choices() -> tuple[str, ...]:
     from labkit.catalog import NAMES
     return NAMES
+
+
+def _dataset_choices() -> list[str]:
+    from labkit.core.datasets import list_datasets
+    return [s.name for s in list_datasets()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "(no-op); a damaged one is refused unless --force, which builds anew and swaps it in.",
                  "  labkit data make rmat --profile ci\n  labkit data make caliex --profile small --force\n",
                  parent=dsub)
-    mk.add_argument("name", help="dataset name (see `labkit data list`)")
+    mk.add_argument("name", help="dataset name (see `labkit data list`)").accepted = _dataset_choices
     mk.add_argument("--profile", default="ci", choices=PROFILES, help=PROFILE_HELP)
     mk.add_argument("--force", action="store_true", help="rebuild and swap in even if a copy exists")
 
@@ -180,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
                 f"claims they measure. Systems: {systems}.",
                 "  labkit bench spmm --profile small\n"
                 "  labkit bench disk --profile small --json disk.json --record\n")
-    b.add_argument("system", help=f"one of {systems}")
+    b.add_argument("system", help=f"one of {systems}").accepted = _system_choices()
     b.add_argument("--profile", default="ci", choices=PROFILES, help=PROFILE_HELP)
     b.add_argument("--json", metavar="PATH", help="also write the report as JSON (an existing file only with --force)")
     b.add_argument("--force", action="store_true",

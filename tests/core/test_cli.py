@@ -305,3 +305,21 @@ def test_an_interrupted_child_bench_gets_to_clean_up(tmp_path):
     assert up.exists(), "the child did not start within 30 s"
     _stop_child(stuck, grace_s=1.5)  # ignores SIGINT: killed when the grace time is up
     assert stuck.returncode == -9
+
+
+def test_a_missing_command_or_argument_names_what_is_accepted():
+    one_line_error(run(), "COMMAND", "doctor, lab, data, bench, reproduce", "labkit --help")
+    one_line_error(run("data"), "ACTION", "list, make")
+    one_line_error(run("bench"), "system", "spmm, graph, disk, dataworkers, recsys")
+    one_line_error(run("data", "make"), "name", "rmat")
+    one_line_error(run("bench", "spmm", "--profile"), "--profile", "ci, small, large")
+    one_line_error(run("reproduce", "--only"), "--only", "spmm, graph")
+
+
+def test_an_unknown_flag_names_the_options_its_command_accepts():
+    one_line_error(run("bench", "spmm", "--bogus"), "--bogus", "`labkit bench` accepts", "--profile", "--json",
+                   "--record", "--quiet")
+    one_line_error(run("reproduce", "--inprocess"), "--inprocess", "`labkit reproduce` accepts", "--in-process",
+                   "--only")
+    one_line_error(run("data", "list", "extra"), "extra", "`labkit data list` accepts --help")
+
