@@ -20,6 +20,10 @@ EPILOG = """examples:
   labkit bench spmm --profile small --record write the tables into BENCHMARKS.md
   labkit reproduce --profile ci              every system's claims in one table
   labkit lab                                 start JupyterLab at the tour notebook
+
+Each command has its own help: labkit COMMAND --help. Profiles default to ci.
+exit status: 0 done; 1 doctor found a required item missing, or a bench itself failed;
+2 bad input (one line on stderr naming the argument, the value and what is accepted).
 """
 
 
@@ -178,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     raw = argparse.RawDescriptionHelpFormatter
 
     def command(name: str, help: str, description: str, examples: str, parent=sub):
-        return parent.add_parser(name, help=help, description=description, formatter_class=raw,
+        import textwrap
+        return parent.add_parser(name, help=help, description=textwrap.fill(description, 100), formatter_class=raw,
                                  epilog="examples:\n" + examples)
 
     command("doctor", "versions, cores, memory, disk, data folder, GPU, Chromium: one verdict each",
@@ -197,17 +202,21 @@ def build_parser() -> argparse.ArgumentParser:
     data = command("data", "list or build datasets",
                    "List the datasets the systems register, or build one. Datasets are generated from "
                    "seeds (nothing is downloaded) into $LABKIT_DATA, else the clone's data/ folder, "
-                   "else ~/.cache/labkit/data.",
+                   "else ~/.cache/labkit/data. Exit 0, or 2 with one line on stderr for a bad name or "
+                   "profile, a damaged copy, or a folder where nothing can be written.",
                    "  labkit data list\n  labkit data make rmat --profile ci\n")
     dsub = data.add_subparsers(dest="data_cmd", metavar="ACTION", parser_class=_Parser)
     dsub.required = True
     command("list", "registered datasets and which profiles are built",
-            "Print every registered dataset, its profiles and which of them are built, and where.",
+            "Print every registered dataset, its profiles, which of them are built or damaged (sizes "
+            "checked, not checksums), and the folder they live in. Exit 0.",
             "  labkit data list\n", parent=dsub)
     mk = command("make", "build a dataset (no-op if a valid copy exists)",
                  "Build one dataset at one profile: written into a temporary folder and renamed into "
                  "place, so an interrupted build leaves nothing that loads. A valid copy is kept "
-                 "(no-op); a damaged one is refused unless --force, which builds anew and swaps it in.",
+                 "(no-op, after its checksums are verified); a damaged one is refused unless --force, which "
+                 "builds anew and swaps it in. Stages show on stderr; the dataset's folder is printed on "
+                 "stdout. Exit 0, or 2 with one line on stderr.",
                  "  labkit data make rmat --profile ci\n  labkit data make caliex --profile small --force\n",
                  parent=dsub)
     mk.add_argument("name", help="dataset name (see `labkit data list`)").accepted = _dataset_choices
@@ -217,7 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
     systems = ", ".join(_system_choices())
     b = command("bench", "one system's side-by-side benchmark",
                 f"Run one system's contenders interleaved in this process and print ratios and the "
-                f"claims they measure. Systems: {systems}.",
+                f"claims they measure. Systems: {systems}. The report (claims, results, side-by-side "
+                f"tables) goes to stdout as Markdown, progress lines to stderr. Exit 0 when the bench ran "
+                f"(a missed target is a result, not an error); 1 when the bench itself failed "
+                f"(traceback); 2 on bad input, or when --json had to be saved under another name.",
                 "  labkit bench spmm --profile small\n"
                 "  labkit bench disk --profile small --json disk.json --record\n")
     b.add_argument("system", help=f"one of {systems}").accepted = _system_choices()
@@ -233,7 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = command("reproduce", "every system's bench and one claims table",
                 f"Run every system's bench (each in a fresh process, one after another) and print one "
-                f"claims table: measured value, target, pass or miss. Systems: {systems}.",
+                f"claims table: measured value, target, pass or miss. Systems: {systems}. The table goes "
+                f"to stdout, each bench's progress lines to stderr. Exit 0 when every bench ran (misses "
+                f"included); 1 when a bench failed (its claims read 'bench failed', the others are "
+                f"still reported); 2 on bad input, or when --json had to be saved under another name.",
                 "  labkit reproduce --profile ci\n"
                 "  labkit reproduce --profile small --record\n"
                 "  labkit reproduce --profile small --only graph,disk --json claims.json\n")

@@ -323,3 +323,14 @@ def test_an_unknown_flag_names_the_options_its_command_accepts():
                    "--only")
     one_line_error(run("data", "list", "extra"), "extra", "`labkit data list` accepts --help")
 
+
+def test_help_says_where_output_goes_and_what_the_exit_status_means():
+    top = run("--help").stdout
+    assert "exit status" in top and "labkit COMMAND --help" in top
+    for cmd in (("bench",), ("reproduce",), ("data", "make"), ("data", "list"), ("doctor",)):
+        text = " ".join(run(*cmd, "--help").stdout.split())
+        assert "Exit 0" in text or "exit 0" in text, (cmd, text)
+    for cmd in (("bench",), ("reproduce",), ("data", "make")):
+        text = " ".join(run(*cmd, "--help").stdout.split())
+        assert "stdout" in text and "stderr" in text, (cmd, text)
+
