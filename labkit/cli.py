@@ -416,8 +416,10 @@ def _data(args: argparse.Namespace) -> int:
                   + (f"; damaged (labkit data make {s.name} --profile P --force): {', '.join(damaged)}"
                      if damaged else "") + f" ({dataset_dir(s.name, 'ci').parent})")
         return 0
+    kept = not args.force and dataset_dir(args.name, args.profile).is_dir()  # verified and kept, not rebuilt
     ds = make_dataset(args.name, args.profile, force=args.force, progress=True)  # stages on stderr
-    print(f"{ds.name} ({ds.profile}): {fmt_bytes(ds.nbytes)} in {ds.dir}")
+    print(f"{ds.name} ({ds.profile}): {fmt_bytes(ds.nbytes)} in {ds.dir}"
+          + (" (already built and valid; kept)" if kept else ""))
     return 0
 
 

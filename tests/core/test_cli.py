@@ -334,3 +334,13 @@ def test_help_says_where_output_goes_and_what_the_exit_status_means():
         text = " ".join(run(*cmd, "--help").stdout.split())
         assert "stdout" in text and "stderr" in text, (cmd, text)
 
+
+def test_data_make_says_when_it_kept_a_valid_copy(tmp_path):
+    import os
+    env = {**os.environ, "LABKIT_DATA": str(tmp_path)}
+    make = lambda *a: subprocess.run([sys.executable, "-m", "labkit.cli", "data", "make", "rmat", *a],  # noqa: E731
+                                     capture_output=True, text=True, env=env, check=True).stdout
+    assert "kept" not in make()
+    assert "already built and valid; kept" in make()
+    assert "kept" not in make("--force")
+
