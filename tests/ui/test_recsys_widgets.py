@@ -1,0 +1,64 @@
+"""The PICASSO technique explorer times the baseline and the chosen setting side by side."""
+
+import types
+
+import pytest
+
+pytest.importorskip("ipywidgets")
+
+
+class _FakeModel:
+    """A RecModel stand-in: each train_step logs (name, batch index) and takes a scripted time."""
+
+    log: list = []
+    clock = [0.0]
+    step_s = {"base": [1.0], "model": [1.0]}
+
+    def __init__(self, kind, specs, packing=False, interleave=0, cache=0.0, seed=0):
+        self.name = "model" if (packing or interleave or cache) else "base"
+        self.calls = 0
+        self.hit_rate = 0.5
+        self.embeddings = types.SimpleNamespace(n_lookups=3)
+        self.techniques = types.SimpleNamespace(label="packing")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def warm_cache(self, batches):
+        pass
+
+    def train_step(self, b):
+        times = self.step_s[self.name]
+        _FakeModel.clock[0] += times[min(self.calls, len(times) - 1)]
+        self.calls += 1
+        _FakeModel.log.append(self.name)
+        return 0.0
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    import labkit.recsys.model as model
+    _FakeModel.log = []
+    _FakeModel.clock = [0.0]
+    monkeypatch.setattr(model, "RecModel", _FakeModel)
+    monkeypatch.setattr(model, "count_ops", lambda fn: (fn(), {"ops": 10})[1])
+    import labkit.ui.recsys as ui
+    monkeypatch.setattr(ui.time, "perf_counter", lambda: _FakeModel.clock[0])
+    return _FakeModel
+
+
+def test_steps_alternate_and_the_speedup_is_the_median_step_ratio(fake):
+    from labkit.ui.recsys import technique_explorer
+    # Baseline steps: warm, then 4 s, 4 s, 40 s (a burst of load elsewhere), 4 s, 4 s; packed: 1 s each.
+    fake.step_s = {"base": [9.0, 4.0, 4.0, 40.0, 4.0, 4.0], "model": [9.0, 1.0]}
+    view, fig, state = technique_explorer(fields=(2, 8, 4), batch=(64, 256, 64), rows=100, steps=5)
+    timed = fake.log[2:12]     # after one warm step each, before count_ops' two steps
+    assert fake.log[:2] == ["base", "model"]
+    assert timed == ["base", "model", "model", "base"] * 2 + ["base", "model"]  # side by side, order rotated
+    r = state.result
+    assert r["speedup"] == pytest.approx(4.0)      # the median ratio; total time would have said 11.2x
+    assert r["baseline_samples_s"] == pytest.approx(64 / 4.0) and r["samples_s"] == pytest.approx(64.0)
+    assert fig.layout.title.text.startswith("4.00x the per-field step (median of 5 side-by-side steps)")
