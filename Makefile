@@ -26,10 +26,10 @@ install: $(STAMP)  ## create .venv and install labkit (editable, pinned) and the
 lab: install  ## install, then start JupyterLab on 127.0.0.1 at notebooks/00_tour.ipynb
 	$(BIN)/labkit lab
 
-test: install  ## install, then run every test, notebooks and the browser test included
+test: install  ## install, then run every test, notebooks and the browser test included (PYTEST_ARGS="-x tests/core" passes options)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-fast: install  ## unit tests only (no notebooks, browser or slow tests)
+test-fast: install  ## unit tests only (no notebooks, browser or slow tests); PYTEST_ARGS as for test
 	$(BIN)/python -m pytest -m "not notebook and not browser and not slow" $(PYTEST_ARGS)
 
 strip: install  ## remove outputs from every notebook before committing

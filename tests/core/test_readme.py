@@ -55,3 +55,12 @@ def test_make_targets_named_in_the_docs_exist():
     for doc in ("README.md", "docs/DEVELOPING.md"):
         for t in re.findall(r"`make ([a-z][a-z-]*)", (ROOT / doc).read_text()):
             assert t in targets, f"{doc} names `make {t}`, which the Makefile lacks"
+
+
+def test_make_help_lists_every_target_and_says_how_to_pass_pytest_options():
+    import subprocess
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    listed = {ln.split("\t")[0] for ln in out.splitlines()}
+    phony = re.search(r"^\.PHONY:(.*)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
+    assert set(phony) <= listed, set(phony) - listed
+    assert "PYTEST_ARGS" in out
