@@ -87,7 +87,8 @@ class Dashboard:
             fig.add_scatter(x=[], y=[], name=name, mode="lines", row=4, col=1)
         fig.update_yaxes(range=[0, 100], row=1, col=1)
         fig.update_yaxes(range=[0, 100], row=2, col=1)
-        fig.update_layout(height=180 * rows + 60, title=title, margin=dict(l=40, r=10, t=60, b=30))
+        fig.update_xaxes(title_text="seconds since the dashboard started", row=rows, col=1)
+        fig.update_layout(height=180 * rows + 60, title=title, margin=dict(l=40, r=10, t=60, b=50))
         self._ncpu = ncpu
         return fig
 

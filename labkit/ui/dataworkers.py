@@ -65,7 +65,8 @@ def control_panel(pool: Any, autoscaler: Any | None = None, *, max_cpus: int = 8
 
     actions: list[str] = []
     fig = go.FigureWidget(go.Bar(x=[], y=[], name="batches per worker"))
-    fig.update_layout(title="batches made per data worker", height=260, xaxis={"title": "worker id"})
+    fig.update_layout(title="batches made per data worker", height=260, xaxis={"title": "worker id"},
+                      yaxis={"title": "batches"})
 
     def draw(fig: Any) -> None:
         per = dict(pool.stats.per_worker)  # a copy: the pool's thread adds workers meanwhile
@@ -291,6 +292,8 @@ def simulator_plots(result: dict) -> Any:
                                  line={"color": color, "shape": "hv"}), 1, 2)
     fig.update_xaxes(title_text="hours", row=1, col=1)
     fig.update_xaxes(title_text="hours since first arrival", row=1, col=2)
+    fig.update_yaxes(title_text="share of jobs finished", range=[0, 1.02], row=1, col=1)
+    fig.update_yaxes(title_text="share of allocated GPUs busy", range=[0, 1.02], row=1, col=2)
     fig.update_layout(height=340, title=f"static vs elastic: JCT {result['jct_improvement']:.2f}x better, "
                                         f"GPU utilisation {result['gpu_util_improvement']:.2f}x higher")
     return fig

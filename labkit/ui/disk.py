@@ -37,7 +37,9 @@ def split_explorer(ds, cfg, pre, seeds, *, budget_mib: tuple[int, int, int], spl
                 row=1, col=2)
     fig.add_bar(x=list(READ_COLORS), y=[0, 0, 0], marker_color=list(READ_COLORS.values()), name="MiB read",
                 row=1, col=3)
-    fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=2)
+    fig.update_yaxes(title_text="seconds", row=1, col=1)
+    fig.update_yaxes(range=[0, 1], tickformat=".0%", title_text="hit rate", row=1, col=2)
+    fig.update_yaxes(title_text="MiB", row=1, col=3)
     fig.update_layout(height=340, showlegend=False, margin=dict(t=80))
     calls = {"n": 0}
 
@@ -117,7 +119,8 @@ def tuner_figure(curve: list[dict], measured: dict[float, float] | None = None, 
     if tuned is not None:
         fig.add_vline(x=tuned, line_dash="dash", annotation_text="tuned")
     fig.update_layout(xaxis_title="share of cache budget given to topology", yaxis_title="seconds per mini-batch",
-                      height=340)
+                      height=340, title="The tuner's predicted time per mini-batch against measured runs"
+                      + (f" (tuned split {tuned:g})" if tuned is not None else ""))
     return fig
 
 
@@ -130,7 +133,8 @@ def stage_timeline(stats, title: str = "") -> Any:
         spans = [(b, t0, t1) for s, b, t0, t1 in stats.timeline if s == st]
         fig.add_bar(y=[st] * len(spans), x=[t1 - t0 for _, t0, t1 in spans], base=[t0 for _, t0, _ in spans],
                     orientation="h", marker_color=color, name=st, text=[str(b % 1000) for b, _, _ in spans])
-    fig.update_layout(barmode="overlay", xaxis_title="seconds", height=260, title=title or stats.schedule)
+    fig.update_layout(barmode="overlay", xaxis_title="seconds since the run started", yaxis_title="stage",
+                      height=260, title=title or stats.schedule)
     return fig
 
 

@@ -81,7 +81,7 @@ def cache_explorer(measure: Callable[[float], dict], *, thresholds=(0.5, 1.0, 2.
     base.add_trace(go.Scatter(x=[], y=[], mode="markers+text", textposition="top center", name="epoch"),
                    row=1, col=2)
     base.update_layout(height=340, showlegend=False, margin=dict(t=60, b=40))
-    base.update_yaxes(range=[0, 1], row=1, col=1)
+    base.update_yaxes(range=[0, 1], title_text="share (0-1)", row=1, col=1)
     base.update_xaxes(title_text="list hit rate", row=1, col=2)
     base.update_yaxes(title_text="seconds per epoch", row=1, col=2)
     fig = go.FigureWidget(base)

@@ -30,6 +30,8 @@ def test_split_explorer_plots_hit_rates_and_bytes_read(setup):
     assert reads.y[0] == m["bytes_read_topology"] / 2**20 and reads.y[1] == m["bytes_read_features"] / 2**20
     assert reads.y[2] == m["bytes_needed"] / 2**20
     assert stages.xaxis == "x" and hits.xaxis == "x2" and reads.xaxis == "x3"  # three side-by-side panels
+    assert (fig.layout.yaxis.title.text, fig.layout.yaxis2.title.text, fig.layout.yaxis3.title.text) == (
+        "seconds", "hit rate", "MiB")  # each panel's axis says its unit
     # A budget too small for CaliEX raises BudgetExceeded (a MemoryError): shown, the bars kept.
     state.controls["budget MiB"].value = 1
     assert state.error and "too small for caliex" in state.error and "too small" in fig.layout.title.text
