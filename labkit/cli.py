@@ -259,7 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "benchmarks file")
     r.add_argument("--record", nargs="?", const="BENCHMARKS.md", metavar="MD",
                    help="write the claims table and every system's tables into MD (default ./BENCHMARKS.md, "
-                        "in the current folder); only the harness's own sections are replaced")
+                        "in the current folder); only the harness's own sections are replaced, and with --only the "
+                        "claims table keeps the recorded rows of the systems not run")
     r.add_argument("--only", metavar="NAMES", help=f"comma-separated subset of systems ({systems})")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
     r.add_argument("--in-process", dest="isolate", action="store_false",
@@ -385,12 +386,53 @@ def _reproduce(args: argparse.Namespace) -> int:
     if args.record:
         # Every section in one locked, atomic replacement: a reader or a concurrent --record
         # never sees the claims table of this run beside another run's system tables.
-        sections = [(f"claims:{args.profile}",
-                     f"## Claims table (`labkit reproduce --profile {args.profile}`)\n\n{table}\n", True)]
+        key, note = f"claims:{args.profile}", ""
+        if args.only is not None:  # keep the recorded rows of the systems this run left out
+            table, kept = _merge_claims(args.record, key, table, [catalog.entry(n).title for n in names])
+            if kept:
+                note = (f"\nThis run (`--only {','.join(names)}`) re-measured "
+                        f"{', '.join(catalog.entry(n).title for n in names)}; the rows of {', '.join(kept)} "
+                        f"are from earlier runs (see their sections).\n")
+        sections = [(key, f"## Claims table (`labkit reproduce --profile {args.profile}`)\n\n{table}\n{note}",
+                     True)]
         sections += [(f"{rep.system}:{rep.profile}", rep.to_markdown(), False) for rep in reports]
         _write("--record", args.record,
                lambda: update_benchmarks_md(args.record, sections=sections, force=args.force, arg="--record"))
     return 2 if not json_ok else 1 if failures else 0
+
+
+def _merge_claims(path: str, key: str, table: str, run: list[str]) -> tuple[str, list[str]]:
+    """Return this run's claims `table` with the rows of the systems it did not run (titles not in
+    `run`) taken from the `key` section already recorded in `path`, and the titles so kept.
+
+    `reproduce --only graph --record` must not drop the other systems' claims from the table.
+    """
+    from labkit import catalog
+    from labkit.core.bench import read_section
+    try:
+        body, _ = read_section(key, path)
+    except (OSError, UnicodeDecodeError):
+        body = None
+
+    def rows(text: str) -> list[str]:
+        return [ln for ln in text.splitlines() if ln.startswith("|")][2:]
+
+    def by_title(lines: list[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for ln in lines:
+            out.setdefault(ln.strip("|").split("|")[0].strip(), []).append(ln)
+        return out
+
+    old = by_title(rows(body or ""))
+    old = {t: r for t, r in old.items() if t not in run}
+    if not old:
+        return table, []
+    new = by_title(rows(table))
+    order = [e.title for e in catalog.CATALOG]
+    order += [t for t in [*new, *old] if t not in order]
+    head = [ln for ln in table.splitlines() if ln.startswith("|")][:2]
+    merged = [ln for t in dict.fromkeys(order) for ln in (new.get(t, []) if t in run else old.get(t, []))]
+    return "\n".join(head + merged), [t for t in dict.fromkeys(order) if t in old]
 
 
 def _data(args: argparse.Namespace) -> int:

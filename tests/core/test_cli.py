@@ -344,3 +344,27 @@ def test_data_make_says_when_it_kept_a_valid_copy(tmp_path):
     assert "already built and valid; kept" in make()
     assert "kept" not in make("--force")
 
+
+
+def test_reproduce_only_keeps_the_other_systems_recorded_claims(tmp_path, monkeypatch):
+    """`reproduce --only X --record` replaced the whole claims table with X's rows, losing the others'."""
+    def bench(b):
+        b.measure("toyonly.speedup", 2.5)
+
+    _toy_system(monkeypatch, "toyonly", bench)
+    md = tmp_path / "B.md"
+    md.write_text("# Benchmarks\n\n<!-- labkit-bench:claims:ci begin -->\n## Claims table\n\n"
+                  "| system | id | claim | paper | measured | target | verdict |\n|---|---|---|---|---|---|---|\n"
+                  "| Flash-LLM | `spmm.x` | kept row | p | 3 | >= 2 x | pass |\n"
+                  "| Toy | `toyonly.speedup` | b beats a | 2x | 0.5 | >= 1.2 x | miss |\n"
+                  "<!-- labkit-bench:claims:ci end -->\n")
+    rc = cli.main(["reproduce", "--profile", "ci", "--only", "toyonly", "--record", str(md), "--quiet", "--in-process"])
+    assert rc == 0
+    text = md.read_text()
+    claims = text.split("labkit-bench:claims:ci begin", 1)[1].split("labkit-bench:claims:ci end", 1)[0]
+    assert "| Flash-LLM | `spmm.x` | kept row |" in claims  # not run: its recorded row stays
+    assert "| 2.5 |" in claims and "| 0.5 |" not in claims  # run: its row is this run's
+    assert claims.index("Flash-LLM") < claims.index("| Toy |")
+    assert "rows of Flash-LLM are from earlier runs" in claims
+    from labkit.tour import RecordedClaims
+    assert [r["system"] for r in RecordedClaims(claims, str(md)).rows] == ["Flash-LLM", "Toy"]
