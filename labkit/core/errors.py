@@ -81,3 +81,20 @@ def check_file(path: Any, kind: str, arg: str = "path") -> Path:
     if not path.is_file():
         raise bad_value(arg, str(path), f"a {kind} file, not a folder" if path.is_dir() else f"a {kind} file")
     return path
+
+
+def not_parquet(path: Path, exc: Exception) -> ValueError:
+    """Return the one-line error for a file pyarrow cannot read, naming the file and pyarrow's first line."""
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return bad_value("path", str(path), f"a readable Parquet file (pyarrow cannot read {path.name}: {msg})")
+
+
+def open_parquet(path: Path):
+    """Open `path` with pyarrow, turning its errors on a non-Parquet or corrupt file into one naming the file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise not_parquet(path, exc) from None

@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from labkit.core.errors import bad_value, check_file, check_range
+from labkit.core.errors import bad_value, check_file, check_range, not_parquet, open_parquet
 from labkit.graph.csr import CSR, _too_big, build_csr_chunked, check_num_nodes
 
 Chunks = Callable[[], Iterator[tuple[np.ndarray, ...]]]  # (src, dst) chunks, or (src, dst, weights)
@@ -224,7 +224,7 @@ def parquet_edge_chunks(path: str | Path, *, batch_rows: int = 1 << 20, src: str
     if num_nodes is not None:
         num_nodes = check_num_nodes(num_nodes, 1)
     cols = _columns(src, dst, weight)
-    names = _parquet_file(path).schema_arrow.names
+    names = open_parquet(path).schema_arrow.names
     missing = [c for c in cols if c not in names]
     if missing:
         raise bad_value("columns", missing, f"columns present in {path.name}: {names}")
@@ -232,7 +232,7 @@ def parquet_edge_chunks(path: str | Path, *, batch_rows: int = 1 << 20, src: str
 
     def chunks():
         row0 = 1
-        for batch in _arrow_errors(path, lambda: _parquet_file(path).iter_batches(batch_size=batch_rows,
+        for batch in _arrow_errors(path, lambda: open_parquet(path).iter_batches(batch_size=batch_rows,
                                                                                  columns=cols)):
             out = []
             for name in cols:
@@ -267,27 +267,11 @@ def parquet_edge_chunks(path: str | Path, *, batch_rows: int = 1 << 20, src: str
     return chunks
 
 
-def _not_parquet(path: Path, exc: Exception) -> ValueError:
-    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return bad_value("path", str(path), f"a readable Parquet file (pyarrow cannot read {path.name}: {msg})")
-
-
-def _parquet_file(path: Path):
-    """Open `path` with pyarrow, turning its errors on a non-Parquet or corrupt file into one naming the file."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        return pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise _not_parquet(path, exc) from None
-
-
 def _arrow_errors(path: Path, open_batches: Callable[[], Iterator]):
     """Yield the batches of ``open_batches()``, naming the file if pyarrow cannot read one."""
     import pyarrow as pa
 
-    return _named_errors(open_batches, pa.ArrowException, lambda exc: _not_parquet(path, exc))
+    return _named_errors(open_batches, pa.ArrowException, lambda exc: not_parquet(path, exc))
 
 
 def count_nodes(chunks: Chunks) -> int:

@@ -18,7 +18,8 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from labkit.core.atomic import atomic_write_json
-from labkit.core.errors import LabkitError, bad_value, check_choice, check_file, check_range, check_seed
+from labkit.core.errors import (LabkitError, bad_value, check_choice, check_file, check_range, check_seed,
+                                 not_parquet, open_parquet)
 from labkit.core.progress import progress_bar
 
 POOLINGS = ("sum", "mean")
@@ -627,7 +628,7 @@ def read_criteo_parquet(path: str | os.PathLike, specs: Sequence[FieldSpec] | No
     specs = list(specs) if specs is not None else criteo_field_specs()
     path = check_file(path, "Parquet")
     names = ["label"] + [f"I{i + 1}" for i in range(N_DENSE_CRITEO)] + [s.name for s in specs]
-    pf = _parquet_file(path)
+    pf = open_parquet(path)
     try:
         have = set(pf.schema_arrow.names)
         num_rows = pf.metadata.num_rows
@@ -637,22 +638,6 @@ def read_criteo_parquet(path: str | os.PathLike, specs: Sequence[FieldSpec] | No
         if n not in have:
             raise ValueError(f"field spec does not match the data: column {n!r} is missing from {path.name}")
     return _read_parquet(path, specs, names, num_rows, batch_size, on_error, progress, stats)
-
-
-def _not_parquet(path: Path, exc: Exception) -> ValueError:
-    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return bad_value("path", str(path), f"a readable Parquet file (pyarrow cannot read {path.name}: {msg})")
-
-
-def _parquet_file(path: Path):
-    """Open `path` with pyarrow, turning its errors on a non-Parquet or corrupt file into one naming the file."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        return pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise _not_parquet(path, exc) from None
 
 
 def _read_parquet(path: Path, specs, names, num_rows: int, batch_size: int, on_error: str, progress: bool,
@@ -671,7 +656,7 @@ def _record_batches(path: Path, names, batch_size: int):
     """Yield the record batches of `path`, naming the file if pyarrow cannot read one."""
     import pyarrow as pa
 
-    with _parquet_file(path) as pf:
+    with open_parquet(path) as pf:
         it = pf.iter_batches(batch_size=batch_size, columns=names)
         while True:
             try:
@@ -679,7 +664,7 @@ def _record_batches(path: Path, names, batch_size: int):
             except StopIteration:
                 return
             except (pa.ArrowException, OSError) as exc:
-                raise _not_parquet(path, exc) from None
+                raise not_parquet(path, exc) from None
             yield rb
 
 
