@@ -5,8 +5,10 @@ Run on a machine with an NVIDIA GPU and cupy (pip install 'labkit[gpu]'):
     python scripts/gpu_spmm_check.py            # ~2-4 minutes on an A100/H100
     python scripts/gpu_spmm_check.py --quick    # one shape, N=16, 80%: the bench claim only
 
-Prints a Markdown table (paste it into BENCHMARKS.md under "Flash-LLM GPU") and writes JSON to
-$OUT/gpu_spmm.json when $OUT is set. Exits 1 if any result is wrong.
+Prints a Markdown table to read and writes JSON to $OUT/gpu_spmm.json when $OUT is set. Exits 1
+if any result is wrong. It records nothing: the claim in BENCHMARKS.md comes only from the harness,
+``labkit bench spmm --profile small --record`` on the GPU machine (it measures
+spmm.gpu_speedup_cublas_s80_n16 whenever cupy sees a GPU).
 """
 
 from __future__ import annotations
