@@ -412,12 +412,14 @@ def _check_markers(text: str, arg: str, path: str) -> None:
 
 
 def update_benchmarks_md(path: str, key: str | None = None, markdown: str | None = None, *, top: bool = False,
-                         sections: Iterable[tuple[str, str, bool]] | None = None, force: bool = False,
+                         sections: Iterable[tuple[str, str | Callable[[str | None], str], bool]] | None = None, force: bool = False,
                          arg: str = "path") -> None:
     """Replace harness-owned sections of BENCHMARKS.md, atomically.
 
     One section: ``update_benchmarks_md(path, key, markdown, top=...)``; several in one
-    replacement of the file: ``sections=[(key, markdown, top), ...]``, applied in order. A new
+    replacement of the file: ``sections=[(key, markdown, top), ...]``, applied in order; a
+    `markdown` that is callable is called with the section's recorded body (None if absent), read
+    under the lock, and returns the new one (``reproduce --only`` merges its claims rows so). A new
     section is appended, or with `top` (the claims table) put right under the title. The read,
     edit and write happen under an exclusive lock on the file's folder, so two runs recording
     at once keep each other's sections.
@@ -461,6 +463,8 @@ def update_benchmarks_md(path: str, key: str | None = None, markdown: str | None
             text = "# Benchmarks\n\nWritten by `labkit bench ... --record`; do not edit sections by hand.\n"
         for key, markdown, top in sections:
             b, e = BEGIN.format(key=key), END.format(key=key)
+            if callable(markdown):  # made from the section as recorded, read under the lock
+                markdown = markdown(text.split(b, 1)[1].split(e, 1)[0] if b in text and e in text else None)
             block = f"{b}\n{markdown.rstrip()}\n{e}"
             if b in text and e in text:
                 pre, rest = text.split(b, 1)

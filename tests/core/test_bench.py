@@ -214,6 +214,17 @@ def test_concurrent_update_benchmarks_md_keeps_both_sections(tmp_path, monkeypat
     assert "table 0" in text and "table of a:ci" in text and "table of b:ci" in text
 
 
+def test_update_benchmarks_md_calls_a_section_function_with_the_recorded_body(tmp_path):
+    """A callable section is made from the body as recorded, read under the lock (reproduce --only merges so)."""
+    p = tmp_path / "B.md"
+    seen = []
+    update_benchmarks_md(str(p), sections=[("claims:ci", lambda old: (seen.append(old), "rows v1")[1], True)])
+    update_benchmarks_md(str(p), sections=[("claims:ci", lambda old: (seen.append(old), old.strip() + " + v2")[1],
+                                            True)])
+    assert seen[0] is None and seen[1].strip() == "rows v1"
+    assert "rows v1 + v2" in p.read_text()
+
+
 def test_update_benchmarks_md_refuses_a_file_that_is_not_a_benchmarks_file(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# My project\n\nHand-written prose.\n")
