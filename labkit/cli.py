@@ -24,6 +24,7 @@ EPILOG = """examples:
 Each command has its own help: labkit COMMAND --help. Profiles default to ci.
 exit status: 0 done; 1 doctor found a required item missing, or a bench itself failed;
 2 bad input (one line on stderr naming the argument, the value and what is accepted).
+LABKIT_DEBUG=1 in the environment shows the traceback behind such a line.
 """
 
 
@@ -278,7 +279,14 @@ def _bench(args: argparse.Namespace) -> int:
     if system is None:
         raise LabkitError(f"system {args.system} ({catalog.entry(args.system).title}) is not built yet")
     _check_outputs(args)
-    report = system.run_bench(args.profile, progress=not args.quiet)
+    try:
+        report = system.run_bench(args.profile, progress=not args.quiet)
+    except (ValueError, KeyError) as exc:
+        if isinstance(exc, LabkitError) or os.environ.get("LABKIT_DEBUG"):
+            raise
+        # Input the bench read (a dataset, $LABKIT_DATA) or a fault in it: one line still, but say
+        # where it was raised, so a bug is not mistaken for bad input and can be found.
+        raise LabkitError(f"{_message(exc)} (raised at {_origin(exc)}; LABKIT_DEBUG=1 shows the traceback)") from exc
     print(report.to_markdown())
     json_ok = _write_json(args, report) if args.json else True
     if args.record:
@@ -287,6 +295,24 @@ def _bench(args: argparse.Namespace) -> int:
                                             force=args.force, arg="--record"))
         print(f"recorded in {args.record}", file=sys.stderr)
     return 0 if json_ok else 2
+
+
+def _message(exc: BaseException) -> object:
+    return exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+
+
+def _origin(exc: BaseException) -> str:
+    """Return 'file:line' of the innermost frame that raised `exc`, the path relative to the package's folder."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return "an unknown place"
+    name = tb.tb_frame.f_code.co_filename
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.abspath(name).startswith(root + os.sep):
+        name = os.path.relpath(name, root)
+    return f"{name}:{tb.tb_lineno}"
 
 
 def _bench_in_child(name: str, profile: str, quiet: bool):
@@ -386,33 +412,31 @@ def _reproduce(args: argparse.Namespace) -> int:
     if args.record:
         # Every section in one locked, atomic replacement: a reader or a concurrent --record
         # never sees the claims table of this run beside another run's system tables.
-        key, note = f"claims:{args.profile}", ""
-        if args.only is not None:  # keep the recorded rows of the systems this run left out
-            table, kept = _merge_claims(args.record, key, table, [catalog.entry(n).title for n in names])
-            if kept:
-                note = (f"\nThis run (`--only {','.join(names)}`) re-measured "
-                        f"{', '.join(catalog.entry(n).title for n in names)}; the rows of {', '.join(kept)} "
-                        f"are from earlier runs (see their sections).\n")
-        sections = [(key, f"## Claims table (`labkit reproduce --profile {args.profile}`)\n\n{table}\n{note}",
-                     True)]
+        key, title = f"claims:{args.profile}", f"## Claims table (`labkit reproduce --profile {args.profile}`)"
+        run = [catalog.entry(n).title for n in names]
+
+        def claims_section(recorded: str | None) -> str:
+            # Called under the file's lock with the section as recorded, so a concurrent --record
+            # cannot slip rows in between this read and the write.
+            merged, kept = (table, []) if args.only is None else _merge_claims(recorded, table, run)
+            note = (f"\nThis run (`--only {','.join(names)}`) re-measured {', '.join(run)}; the rows of "
+                    f"{', '.join(kept)} are from earlier runs (see their sections).\n") if kept else ""
+            return f"{title}\n\n{merged}\n{note}"
+
+        sections = [(key, claims_section, True)]
         sections += [(f"{rep.system}:{rep.profile}", rep.to_markdown(), False) for rep in reports]
         _write("--record", args.record,
                lambda: update_benchmarks_md(args.record, sections=sections, force=args.force, arg="--record"))
     return 2 if not json_ok else 1 if failures else 0
 
 
-def _merge_claims(path: str, key: str, table: str, run: list[str]) -> tuple[str, list[str]]:
+def _merge_claims(recorded: str | None, table: str, run: list[str]) -> tuple[str, list[str]]:
     """Return this run's claims `table` with the rows of the systems it did not run (titles not in
-    `run`) taken from the `key` section already recorded in `path`, and the titles so kept.
+    `run`) taken from the `recorded` claims section (None: nothing recorded), and the titles so kept.
 
     `reproduce --only graph --record` must not drop the other systems' claims from the table.
     """
     from labkit import catalog
-    from labkit.core.bench import read_section
-    try:
-        body, _ = read_section(key, path)
-    except (OSError, UnicodeDecodeError):
-        body = None
 
     def rows(text: str) -> list[str]:
         return [ln for ln in text.splitlines() if ln.startswith("|")][2:]
@@ -423,7 +447,7 @@ def _merge_claims(path: str, key: str, table: str, run: list[str]) -> tuple[str,
             out.setdefault(ln.strip("|").split("|")[0].strip(), []).append(ln)
         return out
 
-    old = by_title(rows(body or ""))
+    old = by_title(rows(recorded or ""))
     old = {t: r for t, r in old.items() if t not in run}
     if not old:
         return table, []
@@ -542,8 +566,9 @@ def _main(args: argparse.Namespace) -> int:
         if args.cmd == "reproduce":
             return _reproduce(args)
     except (LabkitError, ValueError, KeyError) as exc:
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"labkit: error: {msg}", file=sys.stderr)
+        if os.environ.get("LABKIT_DEBUG"):
+            raise
+        print(f"labkit: error: {_message(exc)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (`labkit data list | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -1,7 +1,10 @@
 import json
+import os
 import subprocess
 import sys
 import time
+
+import pytest
 
 from labkit import cli
 
@@ -368,3 +371,20 @@ def test_reproduce_only_keeps_the_other_systems_recorded_claims(tmp_path, monkey
     assert "rows of Flash-LLM are from earlier runs" in claims
     from labkit.tour import RecordedClaims
     assert [r["system"] for r in RecordedClaims(claims, str(md)).rows] == ["Flash-LLM", "Toy"]
+
+
+def test_a_value_error_inside_a_bench_says_where_it_was_raised(monkeypatch, capsys):
+    """A ValueError from inside a bench is one line (exit 2), but names the file and line that raised it,
+    so a fault in the bench is not mistaken for bad input; LABKIT_DEBUG=1 lets the traceback through."""
+    def bench(b):
+        {}["missing"]  # a fault in the bench, not in anything the user typed
+
+    _toy_system(monkeypatch, "toyfault", bench)
+    monkeypatch.delenv("LABKIT_DEBUG", raising=False)
+    assert cli.main(["bench", "toyfault", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("labkit: error: missing (raised at"), err
+    assert f"raised at tests{os.sep}core{os.sep}test_cli.py:" in err and "LABKIT_DEBUG=1" in err, err
+    monkeypatch.setenv("LABKIT_DEBUG", "1")
+    with pytest.raises(KeyError, match="missing"):
+        cli.main(["bench", "toyfault", "--quiet"])
