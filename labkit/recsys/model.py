@@ -187,11 +187,15 @@ def count_ops(step, *, steps: int = 1) -> dict:
     """Run `step()` under torch.profiler and return operator counts per step.
 
     Counts every recorded ``aten::`` operator (nested ones included, as the profiler sees them)
-    plus labkit's own numba kernels (``picasso::`` ranges), so packed work is not hidden.
+    plus labkit's own numba kernels (``picasso::`` ranges), so packed work is not hidden. Every
+    thread's operators count, so an interleaved step's lanes are counted in full: the profiler's
+    default records only threads it sees start ops after it starts, and an interleaved step's
+    counts then wandered from one call to the next (266 to 726 ops for the same step).
     """
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, _ExperimentalConfig, profile
     step()  # warm: first calls allocate optimizer state
-    with _without_profiler_banners(), profile(activities=[ProfilerActivity.CPU]) as prof:
+    everyone = _ExperimentalConfig(profile_all_threads=True)
+    with _without_profiler_banners(), profile(activities=[ProfilerActivity.CPU], experimental_config=everyone) as prof:
         for _ in range(steps):
             step()
     aten = kern = 0
