@@ -119,6 +119,13 @@ def technique_explorer(*, fields: tuple[int, int, int] = (8, 200, 26), batch: tu
                             + f"; {out['lookups_per_step']} lookups/step{hr}")
         return out
 
+    def cache_slider_follows_caching(change=None) -> None:
+        # With caching off the cache size changes nothing: grey the slider out rather than re-run
+        # the same setting when it moves.
+        controls["cache %"].disabled = not controls["caching"].value
+
+    controls["caching"].observe(cache_slider_follows_caching, names="value")
+    cache_slider_follows_caching()
     return slider_plot(controls, update, fig, title="PICASSO: switch the techniques on and off")
 
 

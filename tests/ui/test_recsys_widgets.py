@@ -74,3 +74,13 @@ def test_op_count_with_interleaving_is_labelled_a_lower_bound(fake):
     state.controls["interleave"].value = True
     assert state.result["ops_lower_bound"] is True
     assert "ops/step 10 -> >= 10 (the profiler misses some of the interleave lanes' ops)" in fig.layout.title.text
+
+
+def test_cache_size_slider_is_greyed_out_while_caching_is_off(fake):
+    from labkit.ui.recsys import technique_explorer
+    view, fig, state = technique_explorer(fields=(2, 8, 4), batch=(64, 256, 64), rows=100, steps=1)
+    assert state.controls["cache %"].disabled is True
+    state.controls["caching"].value = True
+    assert state.controls["cache %"].disabled is False and state.error is None
+    state.controls["caching"].value = False
+    assert state.controls["cache %"].disabled is True
