@@ -73,7 +73,7 @@ class Dashboard:
         import psutil
         ncpu = psutil.cpu_count() or 1
         rows = 3 + (1 if self.extra else 0)
-        titles = ["CPU % per core", "memory % / GPU %", "disk MB/s"] + (["extra"] if self.extra else [])
+        titles = ["CPU % per core", "memory % / GPU %", "disk MB/s"] + ([", ".join(self.extra)] if self.extra else [])
         base = make_subplots(rows=rows, cols=1, shared_xaxes=True, subplot_titles=titles, vertical_spacing=0.08)
         fig = go.FigureWidget(base)
         for i in range(ncpu):

@@ -57,3 +57,5 @@ def test_dashboard_time_axis():
     dash = Dashboard(interval=0.5, extra={"queue": lambda: 1})
     bottom = sorted(k for k in dash.fig.layout if k.startswith("xaxis"))[-1]
     assert dash.fig.layout[bottom].title.text == "seconds since the dashboard started"
+    # The last panel is named after the series it draws, not "extra".
+    assert [a.text for a in dash.fig.layout.annotations][-1] == "queue"
