@@ -109,14 +109,9 @@ def technique_explorer(*, fields: tuple[int, int, int] = (8, 200, 26), batch: tu
         fig.data[2].y = [out["hit_rate"] or 0.0]
         fig.data[2].x = [label if frac else f"{label} (no cache)"]
         hr = "" if out["hit_rate"] is None else f", hit rate {out['hit_rate']:.0%}"
-        # The profiler records the interleave lanes' threads only in part (identical steps count from
-        # tens to hundreds of ops), so with interleaving the count is a lower bound, said so.
-        out["ops_lower_bound"] = bool(values["interleave"])
-        at_least = ">= " if out["ops_lower_bound"] else ""
         fig.layout.title = (f"{out['speedup']:.2f}x the per-field step (median of {steps} side-by-side steps); "
-                            f"ops/step {out['baseline_ops']:.0f} -> {at_least}{out['ops']:.0f}"
-                            + (" (the profiler misses some of the interleave lanes' ops)" if at_least else "")
-                            + f"; {out['lookups_per_step']} lookups/step{hr}")
+                            f"ops/step {out['baseline_ops']:.0f} -> {out['ops']:.0f}; "
+                            f"{out['lookups_per_step']} lookups/step{hr}")
         return out
 
     def cache_slider_follows_caching(change=None) -> None:

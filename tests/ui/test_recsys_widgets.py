@@ -64,18 +64,6 @@ def test_steps_alternate_and_the_speedup_is_the_median_step_ratio(fake):
     assert fig.layout.title.text.startswith("4.00x the per-field step (median of 5 side-by-side steps)")
 
 
-def test_op_count_with_interleaving_is_labelled_a_lower_bound(fake):
-    # torch.profiler sees the interleave lanes' threads only in part: identical steps of a packed,
-    # interleaved model counted 36, 268 and 500 ops, so the title must not state one as the count.
-    from labkit.ui.recsys import technique_explorer
-    fake.step_s = {"base": [1.0], "model": [1.0]}
-    view, fig, state = technique_explorer(fields=(2, 8, 4), batch=(64, 256, 64), rows=100, steps=1)
-    assert state.result["ops_lower_bound"] is False and "ops/step 10 -> 10;" in fig.layout.title.text
-    state.controls["interleave"].value = True
-    assert state.result["ops_lower_bound"] is True
-    assert "ops/step 10 -> >= 10 (the profiler misses some of the interleave lanes' ops)" in fig.layout.title.text
-
-
 def test_cache_size_slider_is_greyed_out_while_caching_is_off(fake):
     from labkit.ui.recsys import technique_explorer
     view, fig, state = technique_explorer(fields=(2, 8, 4), batch=(64, 256, 64), rows=100, steps=1)
