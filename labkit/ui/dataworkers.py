@@ -93,7 +93,7 @@ def control_panel(pool: Any, autoscaler: Any | None = None, *, max_cpus: int = 8
             actions.append(f"killed worker {pool.kill_worker()}")
         except Exception as exc:  # noqa: BLE001 - shown, not raised into the widget callback
             actions.append(f"kill failed: {exc}")
-        state.refresh()
+        redraw()  # not state.refresh(): that re-applies the budget and logs a budget change that was not made
 
     def redraw() -> None:
         with fig.batch_update():

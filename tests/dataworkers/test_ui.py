@@ -31,8 +31,11 @@ def test_control_panel_budget_and_kill(image_prog, no_leaks):
         got = len(list(pool.stream(image_prog.batches(0))))
         assert state.buttons["kill"] is view.children[0].children[-1]
         assert state.buttons["kill"].description == "kill a worker"
+        updates = state.updates
         state.buttons["kill"].click()
-        assert got == len(image_prog.batches(0)) and state.result[-2].startswith("killed worker")
+        # The kill is the last action: the budget was not touched, so no "budget" line follows it.
+        assert got == len(image_prog.batches(0)) and state.result[-1].startswith("killed worker"), state.result
+        assert state.result[:-1] == ["budget 3", "budget 2"] and state.updates == updates
         assert list(fig.data[0].y) and sum(fig.data[0].y) == got
 
 
