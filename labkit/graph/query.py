@@ -117,14 +117,15 @@ class Graph:
         return self.edge_types[name]
 
     def in_degree(self, node_type: str) -> np.ndarray:
-        """Return in-degrees of `node_type` nodes over all edge types ending there."""
+        """Return in-degrees of `node_type` nodes over all edge types ending there (one per node of the type)."""
         if node_type not in self.node_types:
             raise bad_value("node_type", node_type, "one of " + (", ".join(self.node_types) or "(none added)"))
-        deg = np.zeros(max([self.node_types[node_type]] + [e.csc.num_nodes for e in self.edge_types.values()]),
-                       np.int64)
+        n = self.node_types[node_type]
+        deg = np.zeros(n, np.int64)
         for e in self.edge_types.values():
             if e.dst_type == node_type:
-                deg[:e.csc.num_nodes] += e.csc.degree()
+                # An edge type's CSC has max(src, dst) type's count of rows; those past n have no in-edges.
+                deg += e.csc.degree()[:n]
         return deg
 
     def V(self, node_type: str) -> "Query":
