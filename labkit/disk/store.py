@@ -272,6 +272,11 @@ class PartialRows:
         return self.rows.nbytes + self.miss_pos.nbytes + (self.slot.nbytes if self.slot is not None else 0)
 
 
+def _bits(a: np.ndarray) -> np.ndarray:
+    """`a` as numba can copy it: float16 rows as their uint16 bit patterns (numba has no float16)."""
+    return a.view(np.uint16) if a.dtype == np.float16 else a
+
+
 @numba.njit(nogil=True, cache=True)
 def _gather_rows(x, nodes, out):
     """out[i] = x[nodes[i]], one pass."""
@@ -319,7 +324,7 @@ class MemoryFeatures:
         # The copy kernel does not bounds-check, so the ids are checked here (x[nodes] did it before).
         nodes = check_node_ids("nodes", nodes, self.x.shape[0]).astype(np.int64, copy=False)
         out = self._out.take((nodes.size, self.x.shape[1]), self.x.dtype)
-        _gather_rows(self.x, nodes, out)
+        _gather_rows(_bits(self.x), nodes, _bits(out))
         self.stats.hits += nodes.size
         self.stats.hit_bytes += out.nbytes
         return out
@@ -397,7 +402,7 @@ class DiskFeatures:
         if part.slot is None:
             return part.rows  # no cache: every row came from disk, already in order
         out = self._out.take((part.nodes.size, self._dim), self.dtype)
-        _merge_rows(part.slot, self.cache.rows, part.miss_pos, part.rows, out)
+        _merge_rows(part.slot, _bits(self.cache.rows), part.miss_pos, _bits(part.rows), _bits(out))
         return out
 
     def gather(self, nodes: np.ndarray) -> np.ndarray:
