@@ -59,19 +59,22 @@ class FieldSpec:
 
 
 def make_fields(n_fields: int, *, cardinality: int | Sequence[int] = 100_000,
-                dims: int | Sequence[int] = 16, hotness: int | Sequence[int] = 1, zipf: float = 1.05,
-                pooling: str = "sum", prefix: str = "C") -> list[FieldSpec]:
-    """Return `n_fields` field specs; per-field values cycle through any sequence given."""
+                dims: int | Sequence[int] = 16, hotness: int | Sequence[int] = 1,
+                zipf: float | Sequence[float] = 1.05, pooling: str | Sequence[str] = "sum",
+                prefix: str = "C") -> list[FieldSpec]:
+    """Return `n_fields` field specs; per-field values (table size, dim, hotness, Zipf skew, pooling)
+    cycle through any sequence given."""
     n_fields = int(check_range("n_fields", n_fields, 1, 100_000, integer=True))
 
-    for arg, v in (("cardinality", cardinality), ("dims", dims), ("hotness", hotness)):
+    for arg, v, what in (("cardinality", cardinality, "integers"), ("dims", dims, "integers"),
+                         ("hotness", hotness, "integers"), ("zipf", zipf, "numbers"), ("pooling", pooling, "poolings")):
         if isinstance(v, (list, tuple, np.ndarray)) and len(v) == 0:
-            raise bad_value(arg, list(v), "an integer or a non-empty sequence of integers")
+            raise bad_value(arg, list(v), f"a single value or a non-empty sequence of {what}")
 
     def pick(v, i):  # FieldSpec checks (and refuses 1.5, rather than truncating it here)
         return v[i % len(v)] if isinstance(v, (list, tuple, np.ndarray)) else v
-    return [FieldSpec(f"{prefix}{i + 1}", pick(cardinality, i), pick(dims, i), pooling, pick(hotness, i), zipf)
-            for i in range(n_fields)]
+    return [FieldSpec(f"{prefix}{i + 1}", pick(cardinality, i), pick(dims, i), pick(pooling, i), pick(hotness, i),
+                      pick(zipf, i)) for i in range(n_fields)]
 
 
 def check_lr(arg: str, lr: float) -> float:
