@@ -3,7 +3,8 @@
 Graph core (stable signatures; CaliEX reuses them):
 - :mod:`labkit.graph.rmat`        seeded R-MAT edges (Graph500 a, b, c) with planted communities, streamed in chunks
 - :mod:`labkit.graph.csr`         CSR / CSC topology and the parallel, optionally out-of-core builder
-- :mod:`labkit.graph.build`       CSV / Parquet edge readers (row-numbered errors) feeding the chunked builder
+- :mod:`labkit.graph.build`       CSV / Parquet edge readers (row-numbered errors) feeding the chunked builder,
+                                  and typed edge attribute columns read apart from topology
 - :mod:`labkit.graph.sampling`    numba NEIGHBORHOOD kernels over any (indptr, indices): uniform with and
                                   without replacement (O(k) per row), alias (edge-weight), top-k, multi-hop
 

@@ -274,6 +274,86 @@ def _arrow_errors(path: Path, open_batches: Callable[[], Iterator]):
     return _named_errors(open_batches, pa.ArrowException, lambda exc: not_parquet(path, exc))
 
 
+#: Types :func:`read_edge_attributes` reads a column as.
+ATTR_TYPES = ("int32", "int64", "float32", "float64", "str")
+
+
+def read_edge_attributes(path: str | Path, columns: dict[str, str]) -> dict[str, np.ndarray]:
+    """Return {column: array of its declared type} for typed edge attribute columns of a .csv or .parquet file.
+
+    `columns` maps column names to one of :data:`ATTR_TYPES`. Row i of every array belongs to edge
+    id i, as the builders number edges (``CSR.eid``, ``Graph.add_edges(..., attrs=)``), so the
+    attributes are held apart from the topology and looked up by edge id. A value that is missing
+    or does not parse as its type (``"x"`` as an int, ``2.5`` as an int, an int past the type's
+    range) raises ValueError naming the file, the row (1 = first data row), the column and the value.
+    """
+    path = Path(path)
+    if not isinstance(columns, dict) or not columns:
+        raise bad_value("columns", columns, "a non-empty dict of column name -> " + " / ".join(ATTR_TYPES))
+    for name, kind in columns.items():
+        if kind not in ATTR_TYPES:
+            raise bad_value(f"columns[{name!r}]", kind, "one of " + ", ".join(ATTR_TYPES))
+    cols = list(columns)
+    if path.suffix == ".csv":
+        import pandas as pd
+        path = check_file(path, "CSV")
+        names = _csv_names(path, cols)
+        df = next(_decoded(lambda: iter([pd.read_csv(path, header=0, names=names, usecols=cols, dtype=str,
+                                                     keep_default_na=False, index_col=False,
+                                                     encoding="utf-8-sig")]), path))
+        return {c: _typed(path, c, columns[c], df[c].to_numpy(object), text=True) for c in cols}
+    if path.suffix in (".parquet", ".pq"):
+        path = check_file(path, "Parquet")
+        have = open_parquet(path).schema_arrow.names
+        missing = [c for c in cols if c not in have]
+        if missing:
+            raise bad_value("columns", missing, f"columns present in {path.name}: {have}")
+        table = next(_arrow_errors(path, lambda: iter([open_parquet(path).read(columns=cols)])))
+        out = {}
+        for c in cols:
+            a = table.column(c)
+            if a.null_count:
+                i = int(np.flatnonzero(a.is_null().to_numpy(zero_copy_only=False))[0])
+                raise ValueError(f"{path.name} row {i + 1}: {c} is null; expected a value of type {columns[c]}")
+            out[c] = _typed(path, c, columns[c], a.to_numpy(zero_copy_only=False), text=False)
+        return out
+    raise bad_value("path", str(path), "a .csv or .parquet file")
+
+
+def _typed(path: Path, col: str, kind: str, raw: np.ndarray, *, text: bool) -> np.ndarray:
+    """Return `raw` (a CSV column's strings when `text`, else a Parquet column) as `kind`; raise at a bad row."""
+    import pandas as pd
+
+    if kind == "str":
+        if not text and raw.dtype.kind not in "OUS":
+            raise bad_value(col, f"a column of dtype {raw.dtype}", "a string column for type str")
+        return raw.astype(str)
+    if text:
+        vals = pd.to_numeric(pd.Series(raw).str.strip(), errors="coerce").to_numpy(np.float64)
+        bad = np.isnan(vals)
+    else:
+        if raw.dtype.kind not in "iuf":
+            raise bad_value(col, f"a column of dtype {raw.dtype}", f"a numeric column for type {kind}")
+        vals, bad = raw, np.zeros(len(raw), bool)
+    dtype = np.dtype(kind)
+    if dtype.kind == "i":
+        lim = np.iinfo(dtype)
+        with np.errstate(invalid="ignore"):
+            bad = bad | ~np.isfinite(vals) | (vals % 1 != 0) | (vals < lim.min) | (vals > lim.max)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        shown = raw[i] if text else raw[i].item()
+        raise ValueError(f"{path.name} row {i + 1}: {col}={shown!r} is not accepted; expected a value of type {kind}")
+    if text and dtype.kind == "i" and len(vals) and np.abs(vals).max() >= 2**53:
+        # float64 holds integers past 2**53 inexactly: parse those columns from the text itself.
+        try:
+            return pd.Series(raw).str.strip().astype(dtype).to_numpy()
+        except ValueError as exc:
+            raise bad_value(col, "integers past 2**53 not written as plain digits",
+                            f"plain integer digits for a {kind} column ({path.name}: {exc})") from None
+    return vals.astype(dtype)
+
+
 def count_nodes(chunks: Chunks) -> int:
     """Return max id + 1 over a chunk source (one extra pass, for files without a node count)."""
     top = -1

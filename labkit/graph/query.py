@@ -10,7 +10,14 @@
 neighbours (shape [previous size, k], padded with -1 where a vertex has fewer than k) and
 negatives from ``outNeg(...)``. Steps apply to the output of the previous step, as in GSL.
 An ``E()`` batch is b edges: sources and destinations (both shape [b]) then the steps, which
-walk on from the destinations; its ``edge_ids`` and ``weights`` give each edge's id and weight.
+walk on from the destinations; its ``edge_ids`` and ``weights`` give each edge's id and weight,
+``edge_attrs`` its typed attributes.
+
+Attributes are stored apart from topology, as in AliGraph: each node type and edge type may carry
+named, typed columns (``attrs={"age": int32 array, "city": str array}``, one row per node, or per
+edge in ``add_edges`` input order), looked up by id with :meth:`Graph.node_attributes` /
+:meth:`Graph.edge_attributes`; :func:`labkit.graph.build.read_edge_attributes` reads typed
+edge columns from the same CSV or Parquet file the topology was built from.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ class EdgeType:
     csc: CSR
     weights: np.ndarray | None  # aligned with csr positions
     _alias: dict = field(default_factory=dict)
+    attrs: dict = field(default_factory=dict)  # name -> one row per edge, in add_edges input order (edge id)
     _positions: np.ndarray | None = None  # inverse of csr.eid, built on first use
 
     def alias(self, kind: str, in_degree_of_dst: np.ndarray | None = None) -> AliasTable:
@@ -64,16 +72,49 @@ class EdgeType:
         return self._positions[edge_ids]
 
 
+def _check_attrs(attrs, n: int, what: str) -> dict[str, np.ndarray]:
+    """Return `attrs` as {name: array} if each is an array of `n` rows (one per `what`), else raise naming it."""
+    if attrs is None:
+        return {}
+    if not isinstance(attrs, dict):
+        raise bad_value("attrs", type(attrs).__name__, f"None or a dict of name -> array of {n} rows (one per {what})")
+    out = {}
+    for name, a in attrs.items():
+        if not isinstance(name, str) or not name:
+            raise bad_value("attrs", f"a key {name!r}", "attribute names that are non-empty strings")
+        a = np.asarray(a)
+        if a.ndim == 0 or len(a) != n:
+            raise bad_value(f"attrs[{name!r}]", f"array of shape {a.shape}", f"{n} rows (one per {what})")
+        out[name] = a
+    return out
+
+
+def _lookup(attrs: dict[str, np.ndarray], ids: np.ndarray, names, what: str) -> dict[str, np.ndarray]:
+    if names is None:
+        names = list(attrs)
+    elif isinstance(names, str) or not all(isinstance(x, str) for x in names):
+        raise bad_value("names", names, "None or a list of attribute names")
+    missing = [x for x in names if x not in attrs]
+    if missing:
+        raise bad_value("names", missing, f"attributes of {what}: " + (", ".join(attrs) or "(none added)"))
+    return {x: attrs[x][ids] for x in names}
+
+
 class Graph:
     """A heterogeneous graph: typed node sets and typed edge sets, queried GSL-style with V() / E()."""
 
     def __init__(self) -> None:
         self.node_types: dict[str, int] = {}
         self.node_features: dict[str, np.ndarray | None] = {}
+        self.node_attrs: dict[str, dict[str, np.ndarray]] = {}
         self.edge_types: dict[str, EdgeType] = {}
 
-    def add_nodes(self, node_type: str, num_nodes: int, features: np.ndarray | None = None) -> "Graph":
-        """Declare `num_nodes` nodes of `node_type` (ids 0..num_nodes-1), with optional features.
+    def add_nodes(self, node_type: str, num_nodes: int, features: np.ndarray | None = None, *,
+                  attrs: dict | None = None) -> "Graph":
+        """Declare `num_nodes` nodes of `node_type` (ids 0..num_nodes-1), with optional features and attributes.
+
+        `attrs` maps attribute names to arrays of any dtype (ints, floats, strings) with one row per
+        node; they are kept apart from the topology and read with :meth:`node_attributes`.
 
         A type is declared once: edges are built against its node count, so declaring it again
         is refused (build a new Graph to change it).
@@ -86,13 +127,20 @@ class Graph:
             raise bad_value("features", type(features).__name__, f"None or an array of {num_nodes} rows (one per node)")
         if features is not None and len(features) != num_nodes:
             raise bad_value("features", f"{len(features)} rows", f"{num_nodes} rows (one per node)")
+        attrs = _check_attrs(attrs, int(num_nodes), f"{node_type!r} node")
         self.node_types[node_type] = int(num_nodes)
         self.node_features[node_type] = features
+        self.node_attrs[node_type] = attrs
         return self
 
     def add_edges(self, edge_type: str, src_type: str, dst_type: str, src, dst,
-                  weights: np.ndarray | None = None) -> "Graph":
-        """Add edges of `edge_type` from `src_type` to `dst_type` nodes (duplicates and self loops kept)."""
+                  weights: np.ndarray | None = None, *, attrs: dict | None = None) -> "Graph":
+        """Add edges of `edge_type` from `src_type` to `dst_type` nodes (duplicates and self loops kept).
+
+        Edge i (its edge id) is ``src[i] -> dst[i]``; `attrs` maps attribute names to arrays of any
+        dtype with one row per edge in that order, kept apart from the topology
+        (:meth:`edge_attributes`, and ``edge_attrs`` of an ``E()`` query's batches).
+        """
         for arg, t in (("src_type", src_type), ("dst_type", dst_type)):
             if t not in self.node_types:
                 raise bad_value(arg, t, "a declared node type: " + ", ".join(self.node_types))
@@ -105,11 +153,27 @@ class Graph:
             if len(a) and (a.min() < 0 or a.max() >= n):
                 pos = int(np.flatnonzero((a < 0) | (a >= n))[0])
                 raise ValueError(f"{arg}[{pos}]={int(a[pos])} is not accepted; expected ids in [0, {n})")
+        if len(src) != len(dst):
+            raise bad_value("dst", f"{len(dst)} ids", f"{len(src)} ids, one per edge as in src")
+        attrs = _check_attrs(attrs, len(src), f"{edge_type!r} edge")
         n = max(ns, nd)
         csr = build_csr(src, dst, n, weights=weights, return_eid=True)
         csc = build_csr(dst, src, n, return_eid=True)
-        self.edge_types[edge_type] = EdgeType(edge_type, src_type, dst_type, csr, csc, csr.weights)
+        self.edge_types[edge_type] = EdgeType(edge_type, src_type, dst_type, csr, csc, csr.weights, attrs=attrs)
         return self
+
+    def node_attributes(self, node_type: str, ids, names: list[str] | None = None) -> dict[str, np.ndarray]:
+        """Return {name: rows of `ids`} for the attributes of `node_type` (all of them, or `names`)."""
+        if node_type not in self.node_types:
+            raise bad_value("node_type", node_type, "one of " + (", ".join(self.node_types) or "(none added)"))
+        ids = check_node_ids("ids", ids, self.node_types[node_type], f"{node_type!r} node ids")
+        return _lookup(self.node_attrs[node_type], ids, names, f"{node_type!r} nodes")
+
+    def edge_attributes(self, edge_type: str, edge_ids, names: list[str] | None = None) -> dict[str, np.ndarray]:
+        """Return {name: rows of `edge_ids`} for the attributes of `edge_type` (ids as in its add_edges input)."""
+        e = self.edge_type(edge_type)
+        edge_ids = check_node_ids("edge_ids", edge_ids, e.csr.num_edges, f"{edge_type!r} edge ids")
+        return _lookup(e.attrs, edge_ids, names, f"{edge_type!r} edges")
 
     def edge_type(self, name: str) -> EdgeType:
         if name not in self.edge_types:
@@ -152,7 +216,8 @@ class QueryResult:
     """One batch: ``ids[0]`` the seeds, then one array per step; ``types[i]`` the node type of ``ids[i]``.
 
     From ``E()``: ``ids[0]``/``ids[1]`` the edges' sources/destinations, ``edge_ids`` their ids
-    (positions in the add_edges input) and ``weights`` their weights (None when unweighted).
+    (positions in the add_edges input), ``weights`` their weights (None when unweighted) and
+    ``edge_attrs`` their attributes ({name: rows}, empty when the edge type has none).
     """
 
     ids: list[np.ndarray]
@@ -160,6 +225,7 @@ class QueryResult:
     capped_negatives: int = 0
     edge_ids: np.ndarray | None = None
     weights: np.ndarray | None = None
+    edge_attrs: dict | None = None
 
     def __getitem__(self, i: int) -> np.ndarray:
         return self.ids[i]
@@ -256,6 +322,7 @@ class Query:
         e = self.g.edge_types[self.edge_type]
         res = self._walk([src, dst], [e.src_type, e.dst_type], seed, stream)
         res.edge_ids, res.weights = e.csr.eid[pos], None if e.weights is None else e.weights[pos]
+        res.edge_attrs = {k: v[res.edge_ids] for k, v in e.attrs.items()}
         return res
 
     def _walk(self, ids: list[np.ndarray], types: list[str], seed: int, stream: int) -> QueryResult:
