@@ -196,3 +196,25 @@ def test_a_negative_is_a_true_neighbour_exactly_as_often_as_the_cap_is_counted(b
             assert hits > 0  # the cap is really reached at this setting
     # with rejection off nothing is counted, whatever comes back
     assert negative_sample(csr, np.zeros(500, np.int64), 4, by=by, reject_neighbors=False).capped == 0
+
+
+def test_chunked_build_holds_one_chunk_and_the_csr_not_the_edge_list():
+    import tracemalloc
+
+    from labkit.graph.csr import build_csr_chunked
+    n, chunk, count = 1000, 50_000, 64  # 3.2M edges: 51 MB as int64 pairs, 12.8 MB as the final CSR
+
+    def chunks():
+        for i in range(count):
+            r = np.random.default_rng(i)
+            yield r.integers(0, n, chunk), r.integers(0, n, chunk)
+    build_csr_chunked(chunks, n)  # kernels compiled outside the measurement
+    tracemalloc.start()  # NumPy reports its buffers to tracemalloc
+    try:
+        csr = build_csr_chunked(chunks, n)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert csr.num_edges == chunk * count
+    edge_list = 16 * chunk * count
+    assert peak < csr.nbytes + 6 * 16 * chunk < edge_list / 2, (peak, csr.nbytes)
