@@ -54,7 +54,8 @@ class TopologyCache:
         n = indptr.size - 1
         nbytes = n * 4 + (nodes.size + 1) * 8 + int(deg.sum()) * 4
         self.reservation = budget.reserve(owner, nbytes)
-        self.nodes = nodes
+        # `nodes` is not kept: it is often a view of a whole plan's order, which would then stay
+        # alive outside the budget (8 bytes per node it ranks); the slot map says which lists are held.
         self.slot = np.full(n, -1, np.int32)
         self.slot[nodes] = np.arange(nodes.size, dtype=np.int32)
         if nodes.size:
