@@ -2,6 +2,8 @@
 grouping by dim *and* pooling over dims 4..64, 1000 fields, what each model computes, exact
 cache hit counting against cache size, and the readers' progress bars."""
 
+import itertools
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -212,3 +214,26 @@ def test_readers_drive_a_progress_bar_over_the_whole_input(tmp_path, monkeypatch
     assert bar.enabled and bar.desc == "day.parquet" and bar.total == 3 and bar.n == 3 and bar.closed
     list(read_criteo_parquet(tmp_path / "day.parquet", progress=False))
     assert not _Bar.made[-1].enabled
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["wide_deep", "deepfm"])
+def test_every_combination_trains_like_the_baseline_with_rowwise_adagrad(kind):
+    # The issue's sparse optimizer (row-wise Adagrad) and dense Adagrad, over mixed dims and poolings:
+    # all eight switch settings train the per-field baseline's model, step by step.
+    from labkit.recsys.model import RecModel
+    specs = (make_fields(5, cardinality=[40, 300], dims=8, hotness=[1, 3]) if kind == "deepfm" else
+             make_fields(5, cardinality=[40, 300, 2000], dims=[4, 64], hotness=[1, 2], pooling=["sum", "mean"]))
+
+    def run(**kw):
+        gen = SyntheticCTR(specs, seed=4)
+        with RecModel(kind, specs, optimizer="rowwise_adagrad", dense_optimizer="adagrad", **kw) as m:
+            if kw.get("cache"):
+                m.warm_cache(gen.batches(64, 2))
+            losses = [m.train_step(gen.batch(64, i)) for i in range(5)]
+            return losses + [m.eval_loss(gen.batch(128, 99))], m.hit_rate
+    ref, _ = run()
+    for packing, interleave, cache in itertools.product([False, True], [0, 3], [0.0, 0.1]):
+        got, hr = run(packing=packing, interleave=interleave, cache=cache)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, err_msg=f"{packing=} {interleave=} {cache=}")
+        assert (hr > 0) == (cache > 0)
