@@ -70,3 +70,25 @@ def test_node_loader_samples_across_dask_worker_processes(data):
         assert store.stats.remote_calls > 0 and store.stats.remote_bytes > 0
     finally:
         close_cluster(client)
+
+
+def test_graph_and_feature_stores_answer_pygs_own_calls():
+    from torch_geometric.data import EdgeAttr
+
+    from labkit.graph.pyg import CSRGraphStore, StoreFeatureStore
+    gs = CSRGraphStore()
+    ei = torch.tensor([[0, 1, 2, 2, 3], [1, 2, 0, 1, 1]])
+    assert gs.put_edge_index(ei, edge_type=None, layout="coo", size=(4, 4))
+    assert gs.get_all_edge_attrs() == [EdgeAttr(edge_type=None, layout="coo", is_sorted=False, size=(4, 4))]
+    assert gs.csc.neighbors(1).tolist() == [0, 2, 3]  # kept as in-edges: row 1 lists the sources into 1
+    row, col = gs.get_edge_index(edge_type=None, layout="coo")
+    assert sorted(zip(row.tolist(), col.tolist())) == sorted(zip(*ei.tolist()))
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    fs = StoreFeatureStore(LocalStore(gs.csc, x), np.array([3, 1, 2, 0]))
+    assert fs.get_tensor(attr_name="x", group_name=None, index=torch.tensor([2, 0])).tolist() == [x[2].tolist(),
+                                                                                                  x[0].tolist()]
+    assert fs.get_tensor(attr_name="x", group_name=None, index=slice(1, 3)).tolist() == x[1:3].tolist()
+    assert fs.get_tensor(attr_name="y", group_name=None, index=None).tolist() == [3, 1, 2, 0]
+    assert tuple(fs.get_tensor_size(attr_name="x", group_name=None)) == (4, 3)
+    with pytest.raises(ValueError, match="attr_name='z'"):
+        fs.get_tensor(attr_name="z", group_name=None, index=None)
