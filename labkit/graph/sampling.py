@@ -152,15 +152,26 @@ def _check_indptr(indptr) -> np.ndarray:
     return indptr
 
 
+#: The most neighbours a row may have: the kernels draw offsets into a row with 32-bit
+#: multiply-shift (:func:`labkit.graph.rng.randint`), so a longer row would only ever be sampled
+#: in its first 2**32 entries.
+MAX_DEGREE = 2**32 - 1
+
+
 def _check_offsets(indptr: np.ndarray) -> None:
-    """Raise naming the first entry of a checked `indptr` that is below the one before it (O(len(indptr)), once
-    per topology: where it is wrapped or tables are built, not per batch)."""
+    """Raise naming the first entry of a checked `indptr` that is below the one before it, or that ends a row
+    of more than MAX_DEGREE neighbours (O(len(indptr)), once per topology: where it is wrapped or tables are
+    built, not per batch)."""
     if len(indptr) > 1:
-        down = indptr[1:] < indptr[:-1]
-        if down.any():
-            v = int(np.argmax(down))
-            raise bad_value(f"indptr[{v + 1}]", indptr[v + 1],
-                            f"non-decreasing row offsets (indptr[{v}]={int(indptr[v])} before it)")
+        span = np.diff(indptr)
+        bad = (span < 0) | (span > MAX_DEGREE)
+        if bad.any():
+            v = int(np.argmax(bad))
+            if span[v] < 0:
+                raise bad_value(f"indptr[{v + 1}]", indptr[v + 1],
+                                f"non-decreasing row offsets (indptr[{v}]={int(indptr[v])} before it)")
+            raise bad_value(f"indptr[{v + 1}]", indptr[v + 1], f"at most {MAX_DEGREE:,} neighbours in row {v} "
+                            f"(indptr[{v}]={int(indptr[v])}; the samplers draw 32-bit offsets)")
 
 
 def _check_row_spans(indptr: np.ndarray, rows: np.ndarray, end: int, end_name: str = "len(indices)") -> None:
@@ -173,7 +184,11 @@ def _check_row_spans(indptr: np.ndarray, rows: np.ndarray, end: int, end_name: s
         return
     lo, hi = indptr[rows], indptr[1:][rows]
     if lo.min() >= 0 and hi.max() <= end and not (hi < lo).any():
-        return
+        if (hi - lo).max() <= MAX_DEGREE:
+            return
+        i = int(np.argmax(hi - lo))
+        raise bad_value(f"indptr[{int(rows[i]) + 1}]", hi[i], f"at most {MAX_DEGREE:,} neighbours in row "
+                        f"{int(rows[i])} (indptr[{int(rows[i])}]={int(lo[i])}; the samplers draw 32-bit offsets)")
     i = int(np.argmax((hi < lo) | (lo < 0) | (hi > end)))
     v = int(rows[i])
     if hi[i] < lo[i]:

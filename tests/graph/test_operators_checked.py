@@ -218,3 +218,16 @@ def test_chunked_build_holds_one_chunk_and_the_csr_not_the_edge_list():
     assert csr.num_edges == chunk * count
     edge_list = 16 * chunk * count
     assert peak < csr.nbytes + 6 * 16 * chunk < edge_list / 2, (peak, csr.nbytes)
+
+
+def test_rows_longer_than_the_32_bit_draws_are_refused():
+    """The kernels draw 32-bit offsets into a row: a row of 2**33 neighbours was sampled only in its first
+    2**32 entries, silently; now such a row is refused, per call and where a sampler checks its topology."""
+    from labkit.graph.sampling import MAX_DEGREE, NeighborSampler, sample_neighbors
+    big = np.array([0, 2**33], np.int64)
+    with pytest.raises(ValueError, match=r"indptr\[1\]=8589934592 is not accepted; expected at most 4,294,967,295"):
+        sample_neighbors(big, None, [0], 5)
+    ok = np.array([0, MAX_DEGREE], np.int64)
+    assert len(sample_neighbors(ok, None, [0], 5)[1]) == 5
+    with pytest.raises(ValueError, match=r"indptr\[2\]=.* neighbours in row 1"):
+        NeighborSampler(np.array([0, 3, 3 + 2**33], np.int64), np.broadcast_to(np.int32(0), (3 + 2**33,)))
