@@ -21,6 +21,9 @@ Profiles (R-MAT scale, 16 edges per node before self-loops are dropped, 128-d fl
   large`` (same settings as small). One builder serves every profile (the tests build ci);
   large is not benchmarked in BENCHMARKS.md.
 
+fp16 features (half the bytes; the stores gather them bit for bit, the trainer widens them to
+fp32): ``make_dataset("caliex", profile, root=..., params={"dtype": "float16"})``.
+
 Features are streamed in pieces of 8192 rows (centroid of the node's community plus Gaussian
 noise, noisy enough that one node alone is a poor guess and its neighbourhood a good one). The
 edge list is streamed twice: once to count degrees (:func:`count_csc_degrees`), once to scatter
