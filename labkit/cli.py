@@ -230,7 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
                 f"claims they measure. Systems: {systems}. The report (claims, results, side-by-side "
                 f"tables) goes to stdout as Markdown, progress lines to stderr. Exit 0 when the bench ran "
                 f"(a missed target is a result, not an error); 1 when the bench itself failed "
-                f"(traceback); 2 on bad input, or when --json had to be saved under another name.",
+                f"(traceback); 2 on bad input, or when --json had to be saved under another name. A "
+                f"ValueError or KeyError raised inside a bench is also one line, exit 2, naming the "
+                f"file:line that raised it (LABKIT_DEBUG=1 shows the traceback).",
                 "  labkit bench spmm --profile small\n"
                 "  labkit bench disk --profile small --json disk.json --record\n")
     b.add_argument("system", help=f"one of {systems}").accepted = _system_choices()
