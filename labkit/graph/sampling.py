@@ -184,9 +184,10 @@ def _check_row_spans(indptr: np.ndarray, rows: np.ndarray, end: int, end_name: s
         return
     lo, hi = indptr[rows], indptr[1:][rows]
     if lo.min() >= 0 and hi.max() <= end and not (hi < lo).any():
-        if (hi - lo).max() <= MAX_DEGREE:
+        span = hi - lo
+        if span.max() <= MAX_DEGREE:
             return
-        i = int(np.argmax(hi - lo))
+        i = int(np.argmax(span))
         raise bad_value(f"indptr[{int(rows[i]) + 1}]", hi[i], f"at most {MAX_DEGREE:,} neighbours in row "
                         f"{int(rows[i])} (indptr[{int(rows[i])}]={int(lo[i])}; the samplers draw 32-bit offsets)")
     i = int(np.argmax((hi < lo) | (lo < 0) | (hi > end)))
