@@ -432,8 +432,8 @@ def bench(b: Bench) -> None:
     for cid, f, r in (("recsys.emb_speedup_f100", f_small, r1), ("recsys.emb_speedup_f500", f_big, r2)):
         if r["packed_vs_per_field"] < 5:
             b.note(f"Embedding stage at {f} fields: the packed stage ({r['names'][1]}) spends "
-                   f"{r['ns_per_id_packed']:.0f} ns per id on lookup + fused update, bound by random row reads over "
-                   f"{r['table_gib']:.1f} GiB of tables (a read and a read-modify-write per id); the per-field baseline "
+                   f"{r['ns_per_id_packed']:.0f} ns per id on lookup + fused update (a row read and a row "
+                   f"read-modify-write per id, at random over {r['table_gib']:.1f} GiB of tables); the per-field baseline "
                    f"({r['names'][0]}) spends {r['ns_per_id_per_field']:.0f} ns, so on this CPU the gap is "
                    f"{r['packed_vs_per_field']:.1f}x, short of 5x.", claim=cid)
     r3 = e2e_case(b, sz)

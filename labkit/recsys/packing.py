@@ -177,7 +177,8 @@ class PackedEmbeddings:
             mark = self._no_mark if opt == kernels.SGD else g.scratch(self.chunks)
             with torch.profiler.record_function("picasso::fused_backward_update"):
                 kernels.fused_backward_update(g.weights, g.dim, st, slot, cw, cs, use, g.feature, g.row_off,
-                                              batch.offsets, batch.values, batch.batch_size, g.mean, g_np,
+                                              batch.offsets, batch.values, batch.batch_size, batch.single_hot,
+                                              g.mean, g_np,
                                               g.col0, opt, self._lr32, self._eps32, mark, self.chunks)
 
     def weight_gradients(self, batch: JaggedBatch, grad: torch.Tensor) -> list[np.ndarray]:
