@@ -31,6 +31,49 @@ PREFETCH = 16
 OPTIMIZERS = {"sgd": SGD, "adagrad": ADAGRAD, "rowwise_adagrad": ROWWISE_ADAGRAD}
 
 
+def _item_pointer(context, builder, aryty, ary, i, j):
+    """Pointer to ary[i, j] of a 2-d array (no bounds check; the kernels keep indices in range)."""
+    return cgutils.get_item_pointer2(context, builder, data=ary.data, shape=cgutils.unpack_tuple(builder, ary.shape),
+                                     strides=cgutils.unpack_tuple(builder, ary.strides), layout=aryty.layout,
+                                     inds=[i, j], wraparound=False, boundscheck=False)
+
+
+def _is_f32_matrix(a) -> bool:
+    return isinstance(a, types.Array) and a.ndim == 2 and a.dtype == types.float32
+
+
+@intrinsic
+def _stream16(typingctx, dst, i, j, src, k, k0):
+    """dst[i, j:j+16] = src[k, k0:k0+16] as one non-temporal 64-byte store: the line goes to memory
+    without being read into the cache first (a plain store of a missing line reads it, then writes
+    it back). dst[i, j] must sit on a 64-byte boundary; src may sit anywhere."""
+    ints = (i, j, k, k0)
+    if not (_is_f32_matrix(dst) and _is_f32_matrix(src) and all(isinstance(t, types.Integer) for t in ints)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        dty, _, _, sty, _, _ = sig.args
+        d = context.make_array(dty)(context, builder, args[0])
+        s = context.make_array(sty)(context, builder, args[3])
+        i_, j_, k_, k0_ = (context.cast(builder, args[n], sig.args[n], types.intp) for n in (1, 2, 4, 5))
+        vec = ir.VectorType(ir.FloatType(), 16)
+        v = builder.load(builder.bitcast(_item_pointer(context, builder, sty, s, k_, k0_), vec.as_pointer()), align=4)
+        st = builder.store(v, builder.bitcast(_item_pointer(context, builder, dty, d, i_, j_), vec.as_pointer()),
+                           align=64)
+        st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+        return context.get_dummy_value()
+    return types.void(dst, i, j, src, k, k0), codegen
+
+
+@intrinsic
+def _store_fence(typingctx):
+    """Order this thread's non-temporal stores before anything it does next (they are weakly ordered)."""
+    def codegen(context, builder, sig, args):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+    return types.void(), codegen
+
+
 @intrinsic
 def _prefetch(typingctx, arr, i):
     """Hint the CPU to bring row `i` of the 2-d array `arr` into cache (``llvm.prefetch``, no fault)."""
@@ -41,11 +84,7 @@ def _prefetch(typingctx, arr, i):
         aryty = sig.args[0]
         ary = context.make_array(aryty)(context, builder, args[0])
         idx = context.cast(builder, args[1], sig.args[1], types.intp)
-        ptr = cgutils.get_item_pointer2(context, builder, data=ary.data,
-                                        shape=cgutils.unpack_tuple(builder, ary.shape),
-                                        strides=cgutils.unpack_tuple(builder, ary.strides), layout=aryty.layout,
-                                        inds=[idx, context.get_constant(types.intp, 0)], wraparound=False,
-                                        boundscheck=False)
+        ptr = _item_pointer(context, builder, aryty, ary, idx, context.get_constant(types.intp, 0))
         i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
                                             "llvm.prefetch.p0")
@@ -102,7 +141,7 @@ def _zero_row(out, b, c0, dim):
 
 @njit(parallel=True, nogil=True, cache=True)
 def pooled_lookup(weights, dim, slot, cache_w, use_cache, feature, row_off, offsets, values, batch,
-                  single, mean, out, col0, hits, lookups, n_chunks):
+                  single, mean, out, col0, hits, lookups, n_chunks, stream=False):
     """Write the pooled rows of each table of a group into out[:, col0 + k*D : col0 + (k+1)*D].
 
     Work is split into `n_chunks` runs of consecutive tables (one per thread); each walks the
@@ -132,7 +171,14 @@ def pooled_lookup(weights, dim, slot, cache_w, use_cache, feature, row_off, offs
                         r = base + values[o + b]
                         if use_cache and slot[r] >= 0:
                             hit += 1
-                            _row_op(out, b, c0, cache_w, slot[r], 0, dim, one, False)
+                            if stream:
+                                for q in range(0, dim, 16):
+                                    _stream16(out, b, c0 + q, cache_w, slot[r], q)
+                            else:
+                                _row_op(out, b, c0, cache_w, slot[r], 0, dim, one, False)
+                        elif stream:
+                            for q in range(0, dim, 16):
+                                _stream16(out, b, c0 + q, weights, r, q)
                         else:
                             _row_op(out, b, c0, weights, r, 0, dim, one, False)
                     hits[f] += hit
@@ -156,6 +202,8 @@ def pooled_lookup(weights, dim, slot, cache_w, use_cache, feature, row_off, offs
                         else:
                             _row_op(out, b, c0, weights, r, 0, dim, sc, j > s)
                 hits[f] += hit
+        if stream:
+            _store_fence()
         # lookups counted once per table rather than per id
         for k in range(k0, k1):
             f = feature[k]

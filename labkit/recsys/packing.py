@@ -153,12 +153,17 @@ class PackedEmbeddings:
     def lookup(self, batch: JaggedBatch) -> torch.Tensor:
         """Return pooled embeddings ``[B, width]`` of `batch` (one kernel call per packed table)."""
         out = self._outputs.take((batch.batch_size, self.width))
+        # Rows of single-hot bags are copied into whole, aligned 64-byte lines of `out`: those go
+        # out as non-temporal stores, which skip reading each line of the (tens of MiB) output
+        # into the cache before overwriting it.
+        lines = out.strides[1] == 4 and out.strides[0] % 64 == 0 and out.ctypes.data % 64 == 0
         for g in self.groups:
             slot, cw, _, use = self._cache_args(g)
+            stream = lines and batch.single_hot and g.dim % 16 == 0 and g.col0 % 16 == 0
             with torch.profiler.record_function("picasso::packed_lookup"):
                 kernels.pooled_lookup(g.weights, g.dim, slot, cw, use, g.feature, g.row_off, batch.offsets,
                                       batch.values, batch.batch_size, batch.single_hot, g.mean, out, g.col0,
-                                      self.hits, self.lookups, self.chunks)
+                                      self.hits, self.lookups, self.chunks, stream)
         return torch.from_numpy(out)
 
     def apply(self, batch: JaggedBatch, emb, grad: torch.Tensor) -> None:

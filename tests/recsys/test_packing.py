@@ -237,3 +237,31 @@ def test_every_row_width_path_matches_per_field(optimizer, hotness, cached):
         assert packed.hit_rate > 0
     for i in range(len(tables)):
         np.testing.assert_allclose(packed.table_weights(i), base.table_weights(i), atol=2e-5)
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_single_hot_lookups_stream_whole_lines_and_match_per_field(monkeypatch, cached):
+    """Groups whose rows fill whole aligned 64-byte lines of the output (dims 16, 32, 64 here) are
+    written with non-temporal stores; the outputs must be the per-field ones all the same, and a
+    group off the line boundaries (dim 8 first shifts the rest) must take the plain path."""
+    from labkit.recsys import kernels
+    from labkit.recsys.cache import CachePlan
+    streamed = []
+    real = kernels.pooled_lookup
+
+    def spy(*args):
+        streamed.append(bool(args[-1]))
+        return real(*args)
+    monkeypatch.setattr(kernels, "pooled_lookup", spy)
+    for dims, expect in (([16, 32, 64], [True, True, True]), ([8, 16], [False, False])):
+        specs = make_fields(6, cardinality=[50, 400], dims=dims, hotness=1)
+        tables = tables_for(specs)
+        gen = SyntheticCTR(specs, seed=5)
+        base, packed = PerFieldEmbeddings(tables, optimizer="sgd"), PackedEmbeddings(tables, optimizer="sgd")
+        if cached:
+            packed.plan_cache(CachePlan.from_fraction(packed.count_ids(gen.batches(64, 2)), 0.3))
+        for step in range(2):
+            b = gen.batch(33, step)
+            streamed.clear()
+            assert torch.equal(base.lookup(b), packed.lookup(b))
+            assert streamed == expect
