@@ -148,6 +148,9 @@ def pooled_lookup(weights, dim, slot, cache_w, use_cache, feature, row_off, offs
     batch in tiles of :data:`TILE` samples, table by table within a tile. Every output entry is
     written (empty bags give zeros), so `out` may be uninitialised. `single` says every bag holds
     one id (then sample b's id of field f sits at f*B + b, and the loop needs no offsets).
+    `stream` (only with `single`) says each row fills whole 64-byte-aligned lines of `out` (dim a
+    multiple of 16, `out`'s rows and columns aligned): rows are then written with non-temporal
+    stores (:func:`_stream16`).
     """
     n_tab = feature.shape[0]
     n_chunks = max(1, min(n_chunks, n_tab))
