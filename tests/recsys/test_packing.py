@@ -242,8 +242,9 @@ def test_every_row_width_path_matches_per_field(optimizer, hotness, cached):
 @pytest.mark.parametrize("cached", [False, True])
 def test_single_hot_lookups_stream_whole_lines_and_match_per_field(monkeypatch, cached):
     """Groups whose rows fill whole aligned 64-byte lines of the output (dims 16, 32, 64 here) are
-    written with non-temporal stores; the outputs must be the per-field ones all the same, and a
-    group off the line boundaries (dim 8 first shifts the rest) must take the plain path."""
+    written with non-temporal stores; the outputs must be the per-field ones all the same. With
+    dims 8 and 16 the rows are 288 bytes and the dim-16 group starts at column 24, off the line
+    boundaries: every group must take the plain path."""
     from labkit.recsys import kernels
     from labkit.recsys.cache import CachePlan
     streamed = []
