@@ -21,7 +21,7 @@ from torch_geometric.typing import EdgeTensorType
 
 from labkit.core.errors import bad_value, check_range, check_seed
 from labkit.graph.csr import CSR, build_csr
-from labkit.graph.sampling import NeighborSampler, check_fanout
+from labkit.graph.sampling import NeighborSampler, check_fanouts
 from labkit.graph.store import StoreSampler
 
 
@@ -178,9 +178,7 @@ def train_sage_nodeloader(g, epochs: int = 2, fanouts=(10, 5), batch_size: int =
     check_range("eval_batch_size", eval_batch_size, 1, integer=True)
     check_range("hidden", hidden, 1, integer=True)
     check_range("lr", lr, 0.0, lo_open=True)
-    if not isinstance(fanouts, (list, tuple)) or not fanouts:
-        raise bad_value("fanouts", fanouts, "a non-empty list of positive ints (or -1 for all)")
-    fanouts = [check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
+    fanouts = check_fanouts(fanouts)
     if store is not None and (not callable(getattr(store, "neighbors", None))
                               or getattr(store, "num_nodes", None) != g.csc.num_nodes):
         raise bad_value("store", type(store).__name__, f"None or a labkit store over g.csc ({g.csc.num_nodes} "

@@ -126,6 +126,18 @@ def check_fanout(fanout: int, arg: str = "fanout") -> int:
     return int(fanout)
 
 
+def check_fanouts(fanouts) -> list[int]:
+    """Return a multi-hop sample's `fanouts` (one per hop) as ints, else raise naming the bad one."""
+    if not isinstance(fanouts, (list, tuple)) or not fanouts:
+        raise bad_value("fanouts", fanouts, "a non-empty list of positive ints (or -1 for all)")
+    return [check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
+
+
+def check_multihop(fanouts, seed, stream) -> tuple[list[int], int, int]:
+    """Return (fanouts, seed, stream) of a multi-hop sample checked; hop h draws stream ``stream * 64 + h``."""
+    return check_fanouts(fanouts), check_seed(seed), check_seed(stream, "stream", per=64)
+
+
 def _check_rows(arg: str, rows, num_rows: int) -> np.ndarray:
     rows = np.asarray(rows)
     if rows.ndim == 1 and rows.size == 0:  # [] reads as float64: no ids, of any dtype, is no ids
@@ -334,10 +346,7 @@ class NeighborSampler:
     def sample(self, seeds, fanouts: list[int], *, replace: bool = False, seed: int = 0,
                stream: int = 0) -> MultiHopSample:
         """Return the relabelled multi-hop sample of `seeds` with one fanout per hop."""
-        if not isinstance(fanouts, (list, tuple)) or not fanouts:
-            raise bad_value("fanouts", fanouts, "a non-empty list of positive ints (or -1 for all)")
-        fanouts = [check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
-        seed, stream = check_seed(seed), check_seed(stream, "stream", per=64)  # hop h draws stream * 64 + h
+        fanouts, seed, stream = check_multihop(fanouts, seed, stream)
         if len(fanouts) > 1 and self._top >= self.num_rows:
             # A second hop would expand neighbours that have no row (a bipartite CSR, e.g. user -> item).
             raise bad_value("fanouts", fanouts, f"one hop for this CSR: its neighbour ids reach {self._top} but it "

@@ -29,12 +29,12 @@ import numpy as np
 from numba import njit
 
 from labkit.core.arrays import unique
-from labkit.core.errors import LabkitError, bad_value, check_choice, check_seed
+from labkit.core.errors import LabkitError, bad_value, check_choice
 from labkit.graph.csr import CSR, check_node_ids
 from labkit.graph.importance import NeighborCache, gather_lists
 from labkit.graph.importance import _split as _split_hits
 from labkit.graph.partition import Partitioning
-from labkit.graph.sampling import MultiHopSample, _relabel, _reset, _sample_hop, check_fanout
+from labkit.graph.sampling import MultiHopSample, _relabel, _reset, _sample_hop, check_multihop
 
 #: Seconds a round waits for a partition's reply before naming that partition in a StoreError.
 _REPLY_TIMEOUT_S = 60.0
@@ -373,10 +373,7 @@ class StoreSampler:
     def sample(self, seeds, fanouts: list[int], *, replace: bool = False, seed: int = 0,
                stream: int = 0) -> MultiHopSample:
         """Return the relabelled multi-hop sample of `seeds` (out-neighbours, fetched through the store)."""
-        if not isinstance(fanouts, (list, tuple)) or not fanouts:
-            raise bad_value("fanouts", fanouts, "a non-empty list of positive ints (or -1 for all)")
-        fanouts = [check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
-        seed, stream = check_seed(seed), check_seed(stream, "stream", per=64)  # hop h draws stream * 64 + h
+        fanouts, seed, stream = check_multihop(fanouts, seed, stream)
         seeds = check_node_ids("seeds", np.asarray(seeds), self.store.num_nodes).astype(np.int64)
         if len(unique(seeds)) != len(seeds):
             raise bad_value("seeds", "an array with repeated ids", "distinct seed ids")
