@@ -172,6 +172,16 @@ def _dataset_choices() -> list[str]:
     return [s.name for s in list_datasets()]
 
 
+def _report_options(p: argparse.ArgumentParser, what: str, record: str) -> None:
+    """--profile, --json, --force and --record, shared by bench and reproduce (`what` goes to JSON, `record` says what MD gets)."""
+    p.add_argument("--profile", default="ci", choices=PROFILES, help=PROFILE_HELP)
+    p.add_argument("--json", metavar="PATH", help=f"also write {what} as JSON (an existing file only with --force)")
+    p.add_argument("--force", action="store_true",
+                   help="let --json replace an existing file, and --record write into a file that is not a "
+                        "benchmarks file")
+    p.add_argument("--record", nargs="?", const="BENCHMARKS.md", metavar="MD", help=f"write {record}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="labkit", description="Rebuild, run and profile five ML-systems designs.",
                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -236,14 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "  labkit bench spmm --profile small\n"
                 "  labkit bench disk --profile small --json disk.json --record\n")
     b.add_argument("system", help=f"one of {systems}").accepted = _system_choices()
-    b.add_argument("--profile", default="ci", choices=PROFILES, help=PROFILE_HELP)
-    b.add_argument("--json", metavar="PATH", help="also write the report as JSON (an existing file only with --force)")
-    b.add_argument("--force", action="store_true",
-                   help="let --json replace an existing file, and --record write into a file that is not a "
-                        "benchmarks file")
-    b.add_argument("--record", nargs="?", const="BENCHMARKS.md", metavar="MD",
-                   help="write the tables into MD (default ./BENCHMARKS.md, in the current folder); "
-                        "only this system's section of the file is replaced")
+    _report_options(b, "the report", "the tables into MD (default ./BENCHMARKS.md, in the current folder); "
+                    "only this system's section of the file is replaced")
     b.add_argument("--quiet", action="store_true", help="no progress lines")
 
     r = command("reproduce", "every system's bench and one claims table",
@@ -255,15 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
                 "  labkit reproduce --profile ci\n"
                 "  labkit reproduce --profile small --record\n"
                 "  labkit reproduce --profile small --only graph,disk --json claims.json\n")
-    r.add_argument("--profile", default="ci", choices=PROFILES, help=PROFILE_HELP)
-    r.add_argument("--json", metavar="PATH", help="also write all reports as JSON (an existing file only with --force)")
-    r.add_argument("--force", action="store_true",
-                   help="let --json replace an existing file, and --record write into a file that is not a "
-                        "benchmarks file")
-    r.add_argument("--record", nargs="?", const="BENCHMARKS.md", metavar="MD",
-                   help="write the claims table and every system's tables into MD (default ./BENCHMARKS.md, "
-                        "in the current folder); only the harness's own sections are replaced, and with --only the "
-                        "claims table keeps the recorded rows of the systems not run")
+    _report_options(r, "all reports", "the claims table and every system's tables into MD (default "
+                    "./BENCHMARKS.md, in the current folder); only the harness's own sections are replaced, and "
+                    "with --only the claims table keeps the recorded rows of the systems not run")
     r.add_argument("--only", metavar="NAMES", help=f"comma-separated subset of systems ({systems})")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
     r.add_argument("--in-process", dest="isolate", action="store_false",
