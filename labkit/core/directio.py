@@ -29,6 +29,15 @@ cheapest for a given set of pages.
 On a filesystem without it (tmpfs) :class:`DirectFile` raises :class:`DirectIOUnsupported`, or
 with ``fallback=True`` reads through the page cache and drops the pages after every request
 (``POSIX_FADV_DONTNEED``); ``DirectFile.direct`` says which one is in use.
+
+Why threads and not io_uring: the kernels here have it enabled, but the Python bindings on PyPI
+were tried and none fits. ``liburing`` (2026.3.30) dies with SIGILL on CPUs without AVX-512:
+its wheel's ``Ring()`` runs ``vmovups %zmm0``. ``uring-api`` (0.1.0rc5, a release candidate)
+works and spent about half this pool's CPU time per random 4 KiB read in a one-off test. But
+every request is prepared and completed by Python code holding the GIL, and a CaliEX mini-batch
+issues about ten thousand requests while the sampler and trainer threads need that GIL. An
+io_uring backend belongs in compiled code: the place it would replace is the per-thread
+request loop (``_pread_copy``), which keeps the plan, staging and copy-out unchanged.
 """
 
 from __future__ import annotations
