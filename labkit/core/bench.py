@@ -219,7 +219,8 @@ class BenchReport:
     def to_markdown(self) -> str:
         m = self.machine
         head = (f"### {self.title or self.system} (`labkit bench {self.system} --profile {self.profile}`)\n\n"
-                f"Run {self.started}, {self.seconds:.0f} s, on {m.get('cpu')} ({m.get('cores')} cores, "
+                f"Run {self.started}, {self.seconds:.0f} s, on {m.get('cpu')} ("
+                f"{m['cpu_detail'] + '; ' if m.get('cpu_detail') else ''}{m.get('cores')} cores, "
                 f"{(m.get('memory') or 0) / 2**30:.0f} GiB, GPU: {m.get('gpu') or 'none'}).\n")
         parts = [head, "**Claims**\n", claims_markdown(self.claims)]
         if self.results:

@@ -21,6 +21,38 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_detail(cpuinfo: str | None = None) -> str:
+    """Return what tells two CPUs of one model name apart: family, model and widest vector ISA.
+
+    "AMD EPYC" names CPUs years apart (a Zen1 with AVX2 runs this lab's kernels at well under half
+    the speed of a Zen4 with AVX-512), so bench reports give e.g. "family 25 model 17, AVX-512".
+    `cpuinfo` is the text of /proc/cpuinfo (read when None); "" where it cannot be read.
+    """
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as fh:
+                cpuinfo = fh.read()
+        except OSError:
+            return ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the first processor's block says it for all
+            continue
+        k, _, v = line.partition(":")
+        fields.setdefault(k.strip(), v.strip())
+    flags = set(fields.get("flags", "").split())
+    isa = ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "AVX" if "avx" in flags
+           else "SSE" if flags else "")
+    parts = []
+    if "cpu family" in fields and "model" in fields:
+        parts.append(f"family {fields['cpu family']} model {fields['model']}")
+    if isa:
+        parts.append(isa)
+    return ", ".join(parts)
+
+
 def cores() -> int:
     """Return the number of CPUs this process may run on."""
     try:
@@ -127,7 +159,7 @@ def chromium_path() -> str | None:
 
 
 def machine_info() -> dict:
-    """Return the machine block of a bench JSON: cpu, cores, memory, gpu."""
+    """Return the machine block of a bench JSON: cpu, cpu_detail, cores, memory, gpu."""
     gpu = gpu_info()
-    return {"cpu": cpu_name(), "cores": cores(), "memory": memory_bytes(),
+    return {"cpu": cpu_name(), "cpu_detail": cpu_detail(), "cores": cores(), "memory": memory_bytes(),
             "gpu": gpu["name"] if gpu else None}

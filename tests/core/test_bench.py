@@ -73,11 +73,40 @@ def test_claims_measure_verdict_and_json(tmp_path):
     write_json(rep, str(j))
     d = json.loads(j.read_text())
     assert set(d) >= {"system", "profile", "machine", "results", "claims"}
-    assert set(d["machine"]) >= {"cpu", "cores", "memory", "gpu"}
+    assert set(d["machine"]) >= {"cpu", "cpu_detail", "cores", "memory", "gpu"}
     assert d["results"]["toy.speed"] == 2.0 and d["results"]["toy.extra"] == 3.0
     assert {"id", "claim", "paper", "measured", "target", "unit"} <= set(d["claims"][0])
     md = rep.to_markdown()
     assert "toy.speed" in md and "pass" in md
+    # The header names the CPU precisely enough to tell two "AMD EPYC" runs apart.
+    assert f"on {d['machine']['cpu']} ({d['machine']['cpu_detail']}; {d['machine']['cores']} cores" in md \
+        or not d["machine"]["cpu_detail"]
+
+
+CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: {family}
+model\t\t: {model}
+model name\t: AMD EPYC
+flags\t\t: fpu sse sse2 {flags}
+
+processor\t: 1
+cpu family\t: 99
+model\t\t: 99
+flags\t\t: fpu
+"""
+
+
+@pytest.mark.parametrize("family, model, flags, want", [
+    (25, 17, "avx avx2 avx512f avx512_bf16", "family 25 model 17, AVX-512"),
+    (23, 1, "avx avx2 fma", "family 23 model 1, AVX2"),
+    (6, 45, "avx", "family 6 model 45, AVX"),
+    (6, 15, "ssse3", "family 6 model 15, SSE"),
+])
+def test_cpu_detail_tells_cpus_of_one_name_apart(family, model, flags, want):
+    from labkit.core.machine import cpu_detail
+    assert cpu_detail(CPUINFO.format(family=family, model=model, flags=flags)) == want
+    assert cpu_detail("") == ""  # no /proc/cpuinfo text: nothing claimed
 
 
 def test_claim_rejects_bad_op():
