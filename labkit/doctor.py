@@ -49,7 +49,8 @@ def checks() -> list[tuple[str, str, str]]:
         v = _version(p)
         out.append((p, "ok" if v else "warn", v or "not installed (optional)"))
     cores = machine.cores()
-    out.append(("cores", "ok" if cores >= 2 else "warn", f"{cores} ({machine.cpu_name()}" + (f", {machine.cpu_detail()})" if machine.cpu_detail() else ")")))
+    cpu = ", ".join(x for x in (machine.cpu_name(), machine.cpu_detail()) if x)
+    out.append(("cores", "ok" if cores >= 2 else "warn", f"{cores} ({cpu})"))
     mem = machine.memory_bytes()
     out.append(("memory", "ok" if mem >= 8 << 30 else "warn", fmt_bytes(mem) + ("" if mem >= 8 << 30 else
                                                                           "; 'small' profiles want 8 GiB")))
