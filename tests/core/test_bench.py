@@ -78,9 +78,13 @@ def test_claims_measure_verdict_and_json(tmp_path):
     assert {"id", "claim", "paper", "measured", "target", "unit"} <= set(d["claims"][0])
     md = rep.to_markdown()
     assert "toy.speed" in md and "pass" in md
-    # The header names the CPU precisely enough to tell two "AMD EPYC" runs apart.
-    assert f"on {d['machine']['cpu']} ({d['machine']['cpu_detail']}; {d['machine']['cores']} cores" in md \
-        or not d["machine"]["cpu_detail"]
+    # The header names the CPU precisely enough to tell two "AMD EPYC" runs apart, and leaves the
+    # detail out (no stray separator) where /proc/cpuinfo gave none.
+    machine = {"cpu": "AMD EPYC", "cores": 2, "memory": 24 << 30, "gpu": None}
+    rep.machine = dict(machine, cpu_detail="family 23 model 1, AVX2")
+    assert "on AMD EPYC (family 23 model 1, AVX2; 2 cores, 24 GiB, GPU: none)." in rep.to_markdown()
+    rep.machine = dict(machine, cpu_detail="")
+    assert "on AMD EPYC (2 cores, 24 GiB, GPU: none)." in rep.to_markdown()
 
 
 CPUINFO = """processor\t: 0
