@@ -24,6 +24,10 @@ from typing import Any, Callable, Iterable
 from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.core.machine import machine_info, release_free_memory, reset_peak_rss, rss_bytes
 from labkit.core.profiles import check_profile
+from labkit.core.progress import progress_bar
+
+#: A comparison's progress bar appears only after it has run this long (seconds): quick ones stay quiet.
+PROGRESS_DELAY_S = 5.0
 
 _OPS = {">=": lambda m, t: m >= t, "<=": lambda m, t: m <= t, "==": lambda m, t: m == t}
 
@@ -298,9 +302,26 @@ class Bench:
             raise ValueError("contenders={} is not accepted; expected at least one callable")
         names = list(contenders)
         number = {n: 1 for n in names}
+        # One bar per comparison, shown only once it has run a few seconds (a large profile's rounds
+        # take minutes); it is updated between calls, outside the timed region, and cleared when done.
+        bar = progress_bar((warmup + repeats) * len(names), f"[{self.system}] {case}", self.progress,
+                           file=self.out, delay=PROGRESS_DELAY_S, leave=False, unit="call")
+        try:
+            times, peak = self._rounds(contenders, names, number, bar, repeats, warmup, min_sample_s, memory)
+        finally:
+            bar.close()
+        comp = Comparison(case, times, peak if memory else {}, work, work_unit)
+        self.comparisons.append(comp)
+        self.log(f"{case}: " + ", ".join(f"{n} {_fmt_s(comp.median(n))}" for n in names))
+        return comp
+
+    def _rounds(self, contenders, names, number, bar, repeats, warmup, min_sample_s, memory):
+        """Run `compare`'s warm-up and timed rounds; return (seconds per call, peak RSS growth) by name."""
         for _ in range(warmup):
             for n in names:
+                bar.set_postfix_str(f"warm-up: {n}", refresh=False)
                 t = self._time(contenders[n], 1)
+                bar.update(1)
                 if min_sample_s > 0 and t < min_sample_s:
                     number[n] = max(number[n], math.ceil(min_sample_s / max(t, 1e-9)))
         times: dict[str, list[float]] = {n: [] for n in names}
@@ -308,6 +329,7 @@ class Bench:
         for r in range(repeats):
             order = names[r % len(names):] + names[:r % len(names)]
             for n in order:
+                bar.set_postfix_str(f"round {r + 1}/{repeats}: {n}", refresh=False)
                 if memory:
                     gc.collect()
                     # Freed heap pages still resident would serve the contender's allocations without
@@ -316,13 +338,11 @@ class Bench:
                     ok = reset_peak_rss()
                     before, _ = rss_bytes()
                 times[n].append(self._time(contenders[n], number[n]))
+                bar.update(1)
                 if memory and ok:
                     _, hwm = rss_bytes()
                     peak[n] = max(peak[n] or 0, hwm - before)
-        comp = Comparison(case, times, peak if memory else {}, work, work_unit)
-        self.comparisons.append(comp)
-        self.log(f"{case}: " + ", ".join(f"{n} {_fmt_s(comp.median(n))}" for n in names))
-        return comp
+        return times, peak
 
     @staticmethod
     def _time(fn: Callable[[], Any], number: int) -> float:

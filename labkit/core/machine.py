@@ -67,6 +67,27 @@ def memory_bytes() -> int:
     return int(psutil.virtual_memory().total)
 
 
+def available_memory_bytes() -> int:
+    """Return the memory the OS can hand out now without swapping (psutil's 'available'), in bytes."""
+    import psutil
+    return int(psutil.virtual_memory().available)
+
+
+def require_memory(what: str, need: int, *, available: int | None = None, hint: str = "") -> None:
+    """Raise LabkitError, before anything is allocated, when `what` needs more than the memory available.
+
+    `need` is an estimate of the peak in bytes; `available` defaults to :func:`available_memory_bytes`.
+    The one-line message names what was refused, both sizes and the machine's total; `hint` says
+    what to do instead.
+    """
+    from labkit.core.errors import LabkitError
+    from labkit.core.memory import fmt_bytes
+    avail = available_memory_bytes() if available is None else int(available)
+    if need > avail:
+        raise LabkitError(f"{what} needs about {fmt_bytes(need)} of memory; this machine has {fmt_bytes(avail)} "
+                          f"available ({fmt_bytes(memory_bytes())} in all)" + (f": {hint}" if hint else ""))
+
+
 def gpu_info() -> dict | None:
     """Return {name, memory_bytes, count} of the first NVIDIA GPU, or None (nvidia-ml-py, lazily)."""
     try:

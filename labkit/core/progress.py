@@ -10,9 +10,13 @@ from typing import Any
 
 
 def progress_bar(total: int | None, desc: str, enabled: bool = True, **kw: Any):
-    """Return a tqdm.auto bar; with `enabled` False a disabled one (every call is a no-op)."""
+    """Return a tqdm.auto bar; with `enabled` False a disabled one (every call is a no-op).
+
+    It stays on screen when done unless ``leave=False`` is passed; other keywords go to tqdm.
+    """
     from tqdm.auto import tqdm
-    return tqdm(total=total, desc=desc, disable=not enabled, leave=True, **kw)
+    kw.setdefault("leave", True)
+    return tqdm(total=total, desc=desc, disable=not enabled, **kw)
 
 
 class StageBar:

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from labkit.core.bench import Bench, BenchReport, Claim
+from labkit.core.machine import require_memory
+from labkit.core.profiles import check_profile
 
 
 @dataclass
@@ -18,9 +20,18 @@ class System:
     bench: Callable[[Bench], None]
     claims: list[Claim] = field(default_factory=list)
     notebook: str = ""
+    #: Estimated peak memory (bytes) of the bench at a profile, or None: a profile the machine cannot
+    #: hold is refused before it starts, rather than killed by the OS an hour in.
+    memory: Callable[[str], int] | None = None
 
     def run_bench(self, profile: str, *, progress: bool = True) -> BenchReport:
-        """Run this system's bench at `profile` and return the report."""
+        """Run this system's bench at `profile` and return the report.
+
+        Raises LabkitError first when :attr:`memory` says the profile needs more memory than is available.
+        """
+        if self.memory is not None:
+            require_memory(f"labkit bench {self.name} --profile {profile}", self.memory(check_profile(profile)),
+                           hint="close other programs or run a smaller --profile")
         b = Bench(self.name, profile, self.claims, progress=progress, title=f"{self.title} ({self.name})")
         self.bench(b)
         return b.report()

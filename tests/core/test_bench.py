@@ -308,3 +308,59 @@ def test_record_refuses_a_read_only_file_unless_forced(tmp_path):
     assert p.read_text() == before
     update_benchmarks_md(str(p), "spmm:small", "### two", arg="--record", force=True)
     assert "### two" in p.read_text()
+
+
+def test_require_memory_refuses_on_one_line_naming_both_sizes():
+    from labkit.core.errors import LabkitError
+    from labkit.core.machine import require_memory
+    require_memory("job", 1 << 30, available=2 << 30)  # fits: nothing raised
+    with pytest.raises(LabkitError) as e:
+        require_memory("labkit bench x --profile large", 3 << 30, available=1 << 30, hint="run a smaller --profile")
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith("labkit bench x --profile large needs about 3.0 GiB of memory; "
+                          "this machine has 1.0 GiB available (")
+    assert msg.endswith("in all): run a smaller --profile")
+
+
+def test_a_system_whose_profile_needs_more_memory_than_is_available_is_refused_before_its_bench_runs(monkeypatch):
+    from labkit.core import machine
+    from labkit.core.errors import LabkitError
+    from labkit.core.systems import System
+    ran, asked = [], []
+
+    def need(profile):
+        asked.append(profile)
+        return {"ci": 1 << 20, "small": 1 << 50}[profile]
+    s = System("toy", "Toy", "a toy", lambda b: ran.append(b.profile), memory=need)
+    monkeypatch.setattr(machine, "available_memory_bytes", lambda: 1 << 30)
+    with pytest.raises(LabkitError, match=r"^labkit bench toy --profile small needs about 1024\.0 TiB of memory; "
+                                          r"this machine has 1\.0 GiB available .*: close other programs"):
+        s.run_bench("small", progress=False)
+    assert ran == [] and asked == ["small"]
+    s.run_bench("ci", progress=False)
+    assert ran == ["ci"]
+    with pytest.raises(ValueError, match="profile='huge' is not accepted"):
+        s.run_bench("huge", progress=False)  # the profile is checked before the estimate is asked
+    assert asked == ["small", "ci"]
+
+
+def test_a_long_comparison_shows_a_progress_bar_over_its_calls_and_a_quick_one_does_not(monkeypatch):
+    import io
+
+    from labkit.core import bench as bench_mod
+    out = io.StringIO()
+    b = Bench("toy", "ci", out=out)
+    c = b.compare("quick", {"a": lambda: None, "b": lambda: None}, repeats=2)
+    assert out.getvalue().startswith("[toy] quick: a ") and "round" not in out.getvalue()
+    monkeypatch.setattr(bench_mod, "PROGRESS_DELAY_S", 0.0)
+    out.seek(0), out.truncate()
+    c = b.compare("slow", {"a": lambda: time.sleep(0.06), "b": lambda: None}, repeats=3, warmup=1)
+    text = out.getvalue()
+    assert "[toy] slow:" in text and "/8 [" in text and "round " in text, text  # the bar, with its round
+    # The bar is cleared (carriage return, blanks, carriage return) before the log line is printed.
+    assert text.count("\n") == 1 and text.endswith("\n") and "\r[toy] slow: a " in text, text
+    assert len(c.times["a"]) == 3 and min(c.times["a"]) >= 0.06  # the bar's updates are outside the timed calls
+    quiet = io.StringIO()
+    Bench("toy", "ci", out=quiet, progress=False).compare("slow", {"a": lambda: None}, repeats=2)
+    assert quiet.getvalue() == ""
