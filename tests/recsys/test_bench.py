@@ -70,3 +70,15 @@ def test_oracle_hit_rate_is_the_top_mass_of_the_zipf_distributions():
     k_big = round(0.05 * 10_010) - 10
     assert abs(oracle_hit_rate(mixed, g2, 0.05) - (1 + g2.samplers[1].top_mass(k_big)) / 2) < 1e-12
     assert oracle_hit_rate(one, gen, 0.0) == 0.0
+
+
+def test_the_profiles_the_targets_are_read_at_use_the_field_counts_the_claims_name_and_large_fits_24_gib():
+    from labkit.recsys import bench
+    for profile in ("small", "large"):
+        assert bench.SIZES[profile]["fields"] == (100, 500), profile  # recsys.emb_speedup_f100 / _f500
+    need = {p: bench.memory_need(p) for p in ("ci", "small", "large")}
+    assert need["ci"] < need["small"] < need["large"] < 20 << 30  # room for the OS on the 24 GiB machine
+    # The estimate is the largest set of live tables plus allowances: at small the tables are the two
+    # 500-field stages (2 x 500 fields x 100k rows x 16 fp32).
+    assert need["small"] == 2 * 500 * 100_000 * 64 + bench.MEMORY_OVERHEAD + bench.MEMORY_PER_ID * 2048 * 500
+    assert registered()["recsys"].memory is bench.memory_need
