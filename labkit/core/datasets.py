@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import hashlib
 import json
 import os
@@ -426,12 +427,19 @@ def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
                 # Another process finished the same build first; keep theirs.
                 shutil.rmtree(tmp, ignore_errors=True)
         stages.next()
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and os.path.lexists(old) and not os.path.lexists(final):
             # Interrupted between the two renames: put the previous copy back, not leave it hidden.
             with contextlib.suppress(OSError):
                 os.rename(old, final)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            from labkit.core.memory import fmt_bytes
+            kept = "the copy that was there is kept" if final.exists() else "nothing was kept"
+            raise DatasetError(f"building {name}/{profile} ran out of disk space under {final.parent} "
+                               f"({fmt_bytes(shutil.disk_usage(final.parent).free)} free once the partial build "
+                               f"was removed; {kept}): free space, or set LABKIT_DATA to a folder on a larger "
+                               "disk") from None
         raise
     finally:
         stages.close()

@@ -188,3 +188,34 @@ def test_stream_closes_its_file_when_the_builder_fails(data_root):
         D.make_dataset("toy-stream-crash", "ci")
     assert held and held[0]._fh.closed
     assert [p for p in (data_root / "toy-stream-crash").iterdir()] == []
+
+
+@D.register_dataset("toy-full-disk", description="the disk fills up halfway", profiles={"ci": {}})
+def _full_disk(w, p):
+    w.array("x", np.zeros(10))
+    if BOOM["on"]:
+        raise OSError(28, "No space left on device")
+
+
+def test_a_build_that_fills_the_disk_says_so_on_one_line_and_keeps_the_copy_that_was_there(data_root):
+    first = D.make_dataset("toy-full-disk", "ci")
+    before = (first.dir / "manifest.json").read_text()
+    BOOM["on"] = True
+    try:
+        with pytest.raises(D.DatasetError) as e:
+            D.make_dataset("toy-full-disk", "ci", force=True)
+        msg = str(e.value)
+        assert "\n" not in msg
+        assert msg.startswith(f"building toy-full-disk/ci ran out of disk space under {data_root / 'toy-full-disk'} (")
+        assert "free once the partial build was removed; the copy that was there is kept): " in msg
+        assert msg.endswith("set LABKIT_DATA to a folder on a larger disk")
+        D.make_dataset("toy-full-disk", "ci")  # no rebuild asked: the kept copy is served
+        assert (first.dir / "manifest.json").read_text() == before
+        assert sorted(p.name for p in (data_root / "toy-full-disk").iterdir()) == ["ci"]  # no partial build left
+        import shutil
+        shutil.rmtree(first.dir)
+        with pytest.raises(D.DatasetError, match=r"; nothing was kept\): "):
+            D.make_dataset("toy-full-disk", "ci")
+        assert list((data_root / "toy-full-disk").iterdir()) == []
+    finally:
+        BOOM["on"] = False
