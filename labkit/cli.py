@@ -238,9 +238,12 @@ def build_parser() -> argparse.ArgumentParser:
     b = command("bench", "one system's side-by-side benchmark",
                 f"Run one system's contenders interleaved in this process and print ratios and the "
                 f"claims they measure. Systems: {systems}. The report (claims, results, side-by-side "
-                f"tables) goes to stdout as Markdown, progress lines to stderr. Exit 0 when the bench ran "
+                f"tables) goes to stdout as Markdown, progress lines (and a bar on any comparison that runs "
+                f"past a few seconds) to stderr. Exit 0 when the bench ran "
                 f"(a missed target is a result, not an error); 1 when the bench itself failed "
-                f"(traceback); 2 on bad input, or when --json had to be saved under another name. A "
+                f"(traceback); 2 on bad input, when the system states that the profile needs more memory "
+                f"than is available (refused before it starts), or when --json had to be saved under "
+                f"another name. A "
                 f"ValueError or KeyError raised inside a bench is also one line, exit 2, naming the "
                 f"file:line that raised it (LABKIT_DEBUG=1 shows the traceback).",
                 "  labkit bench spmm --profile small\n"
@@ -248,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("system", help=f"one of {systems}").accepted = _system_choices()
     _report_options(b, "the report", "the tables into MD (default ./BENCHMARKS.md, in the current folder); "
                     "only this system's section of the file is replaced")
-    b.add_argument("--quiet", action="store_true", help="no progress lines")
+    b.add_argument("--quiet", action="store_true", help="no progress lines or bars")
 
     r = command("reproduce", "every system's bench and one claims table",
                 f"Run every system's bench (each in a fresh process, one after another) and print one "
@@ -263,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "./BENCHMARKS.md, in the current folder); only the harness's own sections are replaced, and "
                     "with --only the claims table keeps the recorded rows of the systems not run")
     r.add_argument("--only", metavar="NAMES", help=f"comma-separated subset of systems ({systems})")
-    r.add_argument("--quiet", action="store_true", help="no progress lines")
+    r.add_argument("--quiet", action="store_true", help="no progress lines or bars")
     r.add_argument("--in-process", dest="isolate", action="store_false",
                    help="run every bench in this process (default: each in a fresh process, as "
                         "`labkit bench SYSTEM` would run it)")

@@ -388,3 +388,23 @@ def test_a_value_error_inside_a_bench_says_where_it_was_raised(monkeypatch, caps
     monkeypatch.setenv("LABKIT_DEBUG", "1")
     with pytest.raises(KeyError, match="missing"):
         cli.main(["bench", "toyfault", "--quiet"])
+
+
+def test_bench_refuses_the_recsys_large_profile_on_one_line_when_memory_is_short(monkeypatch, capsys):
+    """The real recsys bench states its memory: with 4 GiB available, `--profile large` stops before
+    it allocates anything, exit 2, one line naming the command, both sizes and what to do."""
+    import importlib
+
+    from labkit.core import machine
+    from labkit.core.systems import registered
+    importlib.import_module("labkit.recsys.bench")  # registers the system
+    ran = []
+    monkeypatch.setattr(registered()["recsys"], "bench", lambda b: ran.append(b.profile))
+    monkeypatch.setattr(machine, "available_memory_bytes", lambda: 4 << 30)
+    assert cli.main(["bench", "recsys", "--profile", "large", "--quiet"]) == 2
+    assert ran == []  # refused up front: the bench never started
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    assert err.startswith("labkit: error: labkit bench recsys --profile large needs about "), err
+    assert "GiB of memory; this machine has 4.0 GiB available (" in err and err.endswith(
+        "close other programs or run a smaller --profile"), err
