@@ -192,9 +192,15 @@ class PartitionedStore:
                 self.addresses.append("in-process")
             else:
                 addr = workers[p % len(workers)]
-                fut = client.submit(PartitionServer, p, members, ptr, idx, x, actor=True, workers=[addr],
-                                    pure=False)
+                # The arrays go to their worker first (scatter) and the actor is built from their futures:
+                # passed to submit itself they would ride inside the task graph through the scheduler
+                # (Dask warns "Sending large graph" from 10 MiB on; a large profile's partition is 146 MiB).
+                parts = client.scatter([members, ptr, idx] + ([] if x is None else [x]), workers=[addr],
+                                       direct=True, hash=False)
+                fut = client.submit(PartitionServer, p, *parts[:3], None if x is None else parts[3], actor=True,
+                                    workers=[addr], pure=False)
                 self.servers.append(fut.result())
+                del parts  # the actor holds the arrays now; the scattered copies' keys are released
                 self.addresses.append(addr)
 
     def _call(self, method: str, groups: dict[int, np.ndarray]) -> dict[int, object]:

@@ -361,3 +361,26 @@ def test_cache_point_off_and_on():
     assert on["remote_bytes"] < off["remote_bytes"]  # hits are served locally
     with pytest.raises(ValueError, match="threshold=nan"):
         cache_point(data, float("nan"))
+
+
+@pytest.mark.dask
+@pytest.mark.slow
+def test_dask_partitions_are_scattered_to_their_workers_not_sent_inside_the_task_graph():
+    """A partition bigger than Dask's 10 MiB large-graph threshold reaches its worker without the
+    'Sending large graph' warning (its arrays are scattered first), and is served correctly."""
+    import warnings
+
+    from labkit.graph.store import close_cluster, local_cluster
+    csr = build_csr(np.arange(4000) % 1000, (np.arange(4000) * 7) % 1000, 1000)
+    x = np.random.default_rng(0).standard_normal((1000, 6000)).astype(np.float32)  # 12 MiB per partition
+    client = local_cluster(2)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)
+            st = PartitionedStore(csr, partition(csr, 2, "hash"), x, backend="dask", client=client)
+        ids = np.array([0, 1, 998, 999, 500])
+        assert np.array_equal(st.features(ids), x[ids])
+        for v in ids:
+            assert np.array_equal(np.sort(st.neighbors(np.array([v]))[1]), np.sort(csr.neighbors(v)))
+    finally:
+        close_cluster(client)
