@@ -1,6 +1,7 @@
 """`labkit bench recsys`: PICASSO's packing, interleaving and caching against per-field and TorchRec baselines.
 
-Cases (profile "small"; "ci" shrinks every size so the bench runs in seconds):
+Cases (profile "small"; "ci" shrinks every size so the bench runs in seconds; "large" keeps the field
+counts, doubles the rows per field and quadruples the batch, within a 24 GiB machine: :func:`memory_need`):
 - embedding stage (lookup forward, backward and sparse SGD update) at 100 and 500 fields, dim 16,
   100k rows per field, Zipf 1.05 ids, batch 2048: per-field ``nn.EmbeddingBag`` + ``torch.optim.SGD``
   vs packed tables with the fused backward + update vs TorchRec ``FusedEmbeddingBagCollection``
