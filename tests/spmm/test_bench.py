@@ -68,3 +68,18 @@ def test_bench_ci_records_claims():
     assert "spmm.crossover_n_s80" in report.results
     names = {n for c in report.comparisons for n in c.names}
     assert {"dense_bf16", "tiled_csl_sparse", "tiled_csl_dense_tile", "torch_csr", "scipy_csr"} <= names
+
+
+def test_the_sweep_takes_its_speedups_over_the_fastest_dense_product_fp32_included():
+    """Where bf16 GEMM is slow (no native bf16 on the CPU), the sweep's baseline is dense fp32; where
+    bf16 is faster it stays bf16; the N = 1 claims' baseline set stays bf16 only."""
+    from labkit.core.bench import Comparison
+    from labkit.spmm.bench import DENSE, _best_dense
+
+    def comp(**ms):
+        return Comparison("case", {n: [v, v] for n, v in ms.items()})
+    no_bf16_hw = comp(dense_bf16=5.2, dense_bf16_linear=4.9, dense_fp32=0.31, tiled_csl_sparse=0.15)
+    assert _best_dense(no_bf16_hw) == "dense_fp32"
+    assert _best_dense(no_bf16_hw, DENSE) == "dense_bf16_linear"
+    assert _best_dense(comp(dense_bf16=0.033, dense_bf16_linear=0.044, dense_fp32=0.20)) == "dense_bf16"
+    assert _best_dense(comp(dense_bf16=0.06, dense_bf16_linear=0.061)) == "dense_bf16"  # no fp32 timed
