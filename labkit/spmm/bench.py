@@ -142,9 +142,9 @@ def _sweep(b: Bench, st) -> None:
         b.record(f"spmm.crossover_n_s{int(s * 100)}", float(crossover if crossover is not None else 0))
         del ops, w, enc
     if fp32_faster:
-        b.note(f"Dense fp32 ran faster than dense bf16 at {', '.join(fp32_faster)} (this CPU has no native bf16 "
-               "matmul: torch's bf16 GEMM takes a slow path), so there the sweep's speedups and crossovers are "
-               "over dense fp32. The N = 1 claims and the decoder stay against bf16, the faster dense at N = 1.")
+        b.note(f"Dense fp32 ran faster than dense bf16 at {', '.join(fp32_faster)} (on a CPU without native bf16 "
+               "matmul torch's bf16 GEMM takes a slow path), so there the sweep's speedups and crossovers are "
+               "over dense fp32. The N = 1 claims and the decoder stay against bf16.")
 
 
 def _decoder(b: Bench, st) -> None:
