@@ -360,7 +360,19 @@ def test_a_long_comparison_shows_a_progress_bar_over_its_calls_and_a_quick_one_d
     assert "[toy] slow:" in text and "/8 [" in text and "round " in text, text  # the bar, with its round
     # The bar is cleared (carriage return, blanks, carriage return) before the log line is printed.
     assert text.count("\n") == 1 and text.endswith("\n") and "\r[toy] slow: a " in text, text
-    assert len(c.times["a"]) == 3 and min(c.times["a"]) >= 0.06  # the bar's updates are outside the timed calls
+    assert len(c.times["a"]) == 3 and min(c.times["a"]) >= 0.06
+    # The bar's updates are outside the timed calls: a bar that takes 50 ms per update leaves a no-op's
+    # times well under that.
+    real = bench_mod.progress_bar
+
+    def slow_bar(*a, **kw):
+        bar = real(*a, **kw)
+        update = bar.update
+        bar.update = lambda n=1: (time.sleep(0.05), update(n))
+        return bar
+    monkeypatch.setattr(bench_mod, "progress_bar", slow_bar)
+    c = Bench("toy", "ci", out=io.StringIO()).compare("noop", {"a": lambda: None}, repeats=3)
+    assert max(c.times["a"]) < 0.05, c.times
     quiet = io.StringIO()
     Bench("toy", "ci", out=quiet, progress=False).compare("slow", {"a": lambda: None}, repeats=2)
     assert quiet.getvalue() == ""
