@@ -22,15 +22,42 @@ import numpy as np
 from labkit.core.errors import check_range
 
 
+def _index(ids: np.ndarray, num_nodes: int) -> np.ndarray:
+    """`ids` as int32 when every node id fits (a plan's order lives as long as the plan)."""
+    return ids.astype(np.int32) if num_nodes < 2**31 else ids.astype(np.int64, copy=False)
+
+
+def _cost(cost: np.ndarray) -> np.ndarray:
+    """Per-node byte costs as int32 when they fit (cumulative sums over them still run in int64)."""
+    return cost.astype(np.int32) if cost.size == 0 or int(cost.max()) < 2**30 else cost
+
+
+def _row_cost(row_bytes: int, num_nodes: int) -> np.ndarray:
+    """Every row costs `row_bytes`: a read-only broadcast, no array over the nodes."""
+    return np.broadcast_to(np.int64(row_bytes), (num_nodes,))
+
+
 @dataclass
 class CachePlan:
-    """Nodes to cache, best first; `cost` is each one's bytes (row size or list size)."""
+    """Nodes to cache, best first; `cost` is each one's bytes (row size or list size).
+
+    A plan holds a few arrays over all nodes, outside the memory budget while a system opens,
+    so they are kept narrow: `order` in the smallest integer type that indexes the nodes, `cost`
+    int32 where every cost fits (a read-only broadcast of one value for feature rows, all of one
+    size), `score` float32 (the rank was computed in float64; the score is kept to show it).
+    """
 
     kind: str
     source: str
     order: np.ndarray
     cost: np.ndarray
     score: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the plan's arrays hold (a broadcast cost holds one value)."""
+        return sum(a.itemsize if a.size and 0 in a.strides else a.nbytes
+                   for a in (self.order, self.cost, self.score))
 
     def cut(self, capacity_bytes: int) -> np.ndarray:
         """Return the plan's nodes that fit in `capacity_bytes`, taken in rank order."""
@@ -39,6 +66,19 @@ class CachePlan:
             return self.order
         k = int(np.searchsorted(np.cumsum(self.cost[self.order]), capacity_bytes, side="right"))
         return self.order[:k]
+
+
+def caliex_plans_nbytes(num_nodes: int) -> int:
+    """The most bytes CaliEX's two plans (:func:`topology_presampled`, :func:`features_presampled`) hold.
+
+    Stated from the dtypes above with every node ranked: order 4 bytes per node (8 past 2**31
+    nodes) and score 4 in each plan, and topology's cost counted at 8 (it is 4 unless a list's
+    bytes pass 2**30); feature rows' cost is one broadcast value. A system keeps both plans while its caches fill; outside
+    the memory budget, so :mod:`labkit.disk.rss` states them.
+    """
+    check_range("num_nodes", num_nodes, 0, integer=True)
+    index = 4 if num_nodes < 2**31 else 8
+    return int(num_nodes) * (2 * index + 2 * 4 + 8) + 8
 
 
 @dataclass
@@ -89,7 +129,8 @@ def topology_presampled(counts: AccessCounts, indptr: np.ndarray, itemsize: int 
     score[small] = c[small] / cost[small]
     order = np.concatenate([big[np.argsort(-score[big], kind="stable")],
                             small[np.argsort(-score[small], kind="stable")]])
-    return CachePlan("topology", "presampled", order, cost, score)
+    del whole, c, big, small
+    return CachePlan("topology", "presampled", _index(order, cost.size), _cost(cost), score.astype(np.float32))
 
 
 def topology_degree(out_degree: np.ndarray, indptr: np.ndarray, itemsize: int = 4) -> CachePlan:
@@ -99,7 +140,7 @@ def topology_degree(out_degree: np.ndarray, indptr: np.ndarray, itemsize: int = 
     score = out_degree / np.maximum(in_deg, 1)
     nz = np.flatnonzero(in_deg > 0)
     order = nz[np.argsort(-score[nz], kind="stable")]
-    return CachePlan("topology", "degree", order, cost, score)
+    return CachePlan("topology", "degree", _index(order, cost.size), _cost(cost), score.astype(np.float32))
 
 
 def features_presampled(counts: AccessCounts, row_bytes: int, prior: np.ndarray | None = None,
@@ -120,22 +161,29 @@ def features_presampled(counts: AccessCounts, row_bytes: int, prior: np.ndarray 
     n = counts.features.size
     score = counts.features.astype(np.float64)
     if prior is not None:
-        prior = np.asarray(prior, np.float64)
+        prior = np.asarray(prior)
         if prior.shape != (n,):
             raise ValueError(f"prior has shape {prior.shape}; expected ({n},), one value per node")
         b = max(1, counts.batches)
         w = 64.0 * b if prior_batches is None else float(prior_batches)
         per_batch = counts.features.sum() / b
-        q = prior * (per_batch / prior.sum()) if prior.sum() > 0 else prior
-        score = (score + w * q) / (b + w)
+        total = float(prior.sum(dtype=np.float64))
+        q = prior.astype(np.float64)  # a copy: scaled in place, one temporary over the nodes
+        if total > 0:
+            q *= per_batch / total
+        q *= w  # the same operations, in the same order, as (count + w * q) / (b + w)
+        score += q
+        del q
+        score /= b + w
     nz = np.flatnonzero(score > 0)
     order = nz[np.argsort(-score[nz], kind="stable")]
-    return CachePlan("features", "presampled" if prior is None else "presampled+prior", order,
-                     np.full(n, row_bytes, np.int64), score)
+    return CachePlan("features", "presampled" if prior is None else "presampled+prior", _index(order, n),
+                     _row_cost(row_bytes, n), score.astype(np.float32))
 
 
 def features_degree(out_degree: np.ndarray, row_bytes: int) -> CachePlan:
     """Rank feature rows by out-degree (how many lists a node appears in): a sampling-free plan."""
     order = np.argsort(-out_degree.astype(np.int64), kind="stable")
     order = order[out_degree[order] > 0]
-    return CachePlan("features", "degree", order, np.full(out_degree.size, row_bytes, np.int64), out_degree)
+    return CachePlan("features", "degree", _index(order, out_degree.size), _row_cost(row_bytes, out_degree.size),
+                     out_degree)

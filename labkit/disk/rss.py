@@ -8,7 +8,8 @@ slack): the "fixed overhead" a budget does not cover.
 
 That overhead is stated before CaliEX opens, not read off the run: the training working set
 (the trainer's peak on the largest pre-sampled mini-batch, its gathered rows included, measured
-alone in this process) plus :data:`ALLOCATOR_ALLOWANCE`. ``bound`` = budget + model + stated
+alone in this process), the cache plans the opening keeps while the caches fill (bytes per node,
+from their dtypes: :func:`labkit.disk.plans.caliex_plans_nbytes`) plus :data:`ALLOCATOR_ALLOWANCE`. ``bound`` = budget + model + stated
 overhead; ``over_bound`` = the larger of the two peaks' growth / ``bound`` (at most 1 when the
 statement holds).
 """
@@ -66,13 +67,15 @@ def main(argv: list[str]) -> dict:
     profile, model, batches, fraction = argv[0], argv[1], int(argv[2]), float(argv[3])
     from labkit.core.machine import reset_peak_rss, rss_bytes
     from labkit.core.memory import MemoryBudget
+    from labkit.disk.plans import caliex_plans_nbytes
     from labkit.disk.system import open_system, presample, workload
 
     ds, cfg, budget_bytes, pseeds, seeds = workload(profile, model, batches, budget_fraction=fraction)
     pre = presample(ds, cfg, pseeds, MemoryBudget(budget_bytes))
     pre_bytes = sum(b.nbytes for b in pre.batches)
     working_set = training_working_set(ds, cfg, pre, budget_bytes)
-    stated = working_set + ALLOCATOR_ALLOWANCE
+    plan_bytes = caliex_plans_nbytes(int(ds.meta["num_nodes"]))
+    stated = working_set + plan_bytes + ALLOCATOR_ALLOWANCE
     import gc
     gc.collect()
     reset_peak_rss()
@@ -93,7 +96,7 @@ def main(argv: list[str]) -> dict:
            "setup_peak_rss": setup_peak, "setup_growth": setup_peak - base,
            "budget_peak": budget.peak, "model": model_bytes, "presampled_batches_held": pre_bytes,
            "rest": peak - base - budget.peak - model_bytes,
-           "training_working_set": working_set, "allocator_allowance": ALLOCATOR_ALLOWANCE,
+           "training_working_set": working_set, "plans": plan_bytes, "allocator_allowance": ALLOCATOR_ALLOWANCE,
            "stated_overhead": stated, "bound": bound, "over_bound": (max(peak, setup_peak) - base) / bound}
     print(json.dumps(out))
     return out

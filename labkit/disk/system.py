@@ -378,9 +378,12 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
                 lo = min(z["total"] for z in sized)
                 pick = next(z for z in sized if z["total"] <= lo * 1.01)
                 group, split, cache_bytes, slot = pick["group"], pick["split"], pick["cache_bytes"], pick["slot"]
-                info.update(tuner=pick["tuner"], predicted=pick["curve"], tuned_split=pick["best"],
+                info.update(predicted=pick["curve"], tuned_split=pick["best"],
                             cache_bytes=cache_bytes, slot_bytes=slot, group=group,
                             predicted_by_group={z["group"]: z["total"] for z in sized})
+                # The tuners and the hold-out plans (arrays over all nodes, outside the budget) are
+                # done: free them before the caches fill, rather than keep them for the whole run.
+                del sized, pick, holdout
             elif name == "ginex":
                 cache_bytes = budget.free - (1 << 20)
                 split = 0.5 if split is None else split

@@ -5,7 +5,9 @@ import math
 
 import pytest
 
+from labkit.core.datasets import open_dataset
 from labkit.core.systems import registered
+from labkit.disk.plans import caliex_plans_nbytes
 
 
 @pytest.mark.slow
@@ -32,10 +34,13 @@ def test_bench_ci_measures_every_claim():
         assert r[f"disk.{model}.caliex.setup_s_per_epoch_batch"] > 0
     assert any(n.startswith("disk.speedup_naive_gat: CaliEX's one-off setup") for n in rep.notes)
     assert 0 <= r["disk.hit_rate_features"] <= 1 and r["disk.read_amplification"] >= 1
-    # the overhead is stated before the run (a measured training working set plus the allowance)
+    # the overhead is stated before the run (a measured training working set, the plans' bytes per node, the allowance)
     assert r["disk.caliex.rss.training_working_set_mib"] > 0
+    nodes = int(open_dataset("caliex", "ci").meta["num_nodes"])
+    assert r["disk.caliex.rss.plans_mib"] * 2**20 == pytest.approx(caliex_plans_nbytes(nodes))
     assert r["disk.caliex.rss.stated_overhead_mib"] == pytest.approx(
-        r["disk.caliex.rss.training_working_set_mib"] + r["disk.caliex.rss.allocator_allowance_mib"])
+        r["disk.caliex.rss.training_working_set_mib"] + r["disk.caliex.rss.plans_mib"]
+        + r["disk.caliex.rss.allocator_allowance_mib"])
     grew = max(r["disk.caliex.rss.growth_mib"], r["disk.caliex.rss.setup_growth_mib"])
     assert claims["disk.peak_rss_vs_stated"].measured == pytest.approx(grew / r["disk.caliex.rss.bound_mib"])
     bare = r["disk.caliex.rss.bound_mib"] - r["disk.caliex.rss.allocator_allowance_mib"]

@@ -132,6 +132,24 @@ def test_plans_cut_to_capacity(ds, pre):
     assert np.all(np.diff(dp.score[dp.order]) <= 0)
 
 
+def test_plans_held_bytes_within_the_stated_bound(ds, pre):
+    # CaliEX keeps both plans while its caches fill, outside the budget; rss states their bytes per node.
+    ip, n = ds.array("indptr"), ds.array("indptr").size - 1
+    tp = plans.topology_presampled(pre.counts, ip)
+    fp = plans.features_presampled(pre.counts, 512, prior=ds.array("out_degree"))
+    assert tp.order.dtype == fp.order.dtype == np.int32 and tp.cost.dtype == np.int32
+    assert fp.cost.strides == (0,) and fp.nbytes == fp.order.nbytes + fp.score.nbytes + 8
+    assert tp.nbytes + fp.nbytes <= plans.caliex_plans_nbytes(n)
+    assert plans.caliex_plans_nbytes(n) == 24 * n + 8
+    # narrow arrays, same ranking and costs as int64/float64 ones
+    cost = np.diff(ip).astype(np.int64) * 4
+    assert np.array_equal(tp.cost, cost)
+    wide = np.concatenate([np.flatnonzero((pre.counts.topology > 0) & (cost >= 4096)),
+                           np.flatnonzero((pre.counts.topology > 0) & (cost < 4096) & (cost > 0))])
+    assert np.array_equal(np.sort(tp.order), np.sort(wide))
+    assert np.array_equal(fp.cut(512 * 100), fp.order[:100])
+
+
 def test_tuner_curve(ds, pre):
     _, cfg, budget, _, _ = workload("ci", "sage", 1, budget_fraction=2.0)
     s = open_system("caliex", ds, MemoryBudget(budget), cfg, pre=pre)
