@@ -87,10 +87,16 @@ class Decoder:
     """Greedy autoregressive generation with a KV cache; linear layers dense or Tiled-CSL."""
 
     def __init__(self, weights: dict, *, linear: str = "sparse", kernel: str = "auto",
-                 dense_call: str = "matmul") -> None:
-        """`linear` picks dense bf16 or Tiled-CSL layers; `dense_call` the torch call dense layers
-        make ("matmul": matrix-vector at batch 1, "linear": F.linear's GEMM)."""
+                 dense_call: str = "matmul", dense_dtype: torch.dtype = torch.bfloat16) -> None:
+        """`linear` picks dense or Tiled-CSL layers; `dense_call` the torch call dense layers
+        make ("matmul": matrix-vector at batch 1, "linear": F.linear's GEMM) and `dense_dtype`
+        their weights' type (bf16, Tiled-CSL's value type; fp32 is what a CPU without native
+        bf16 matmul runs faster once the batch passes 1)."""
         check_choice("linear", linear, LINEAR_KINDS)
+        check_choice("dense_dtype", dense_dtype, (torch.bfloat16, torch.float32))
+        if linear != "dense" and dense_dtype != torch.bfloat16:
+            raise bad_value("dense_dtype", dense_dtype, "torch.bfloat16 (the default) unless linear='dense' "
+                            "(Tiled-CSL layers hold bf16 values)")
         self.cfg: DecoderConfig = weights["config"]
         self.linear = linear
         self.embed, self.pos = weights["embed"], weights["pos"]
@@ -99,7 +105,7 @@ class Decoder:
             ops = {}
             for name in LINEARS:
                 w = lw[name]
-                ops[name] = (DenseTorch(w, call=dense_call) if linear == "dense"
+                ops[name] = (DenseTorch(w, dense_dtype, call=dense_call) if linear == "dense"
                              else TiledCSLMatmul(w, kernel=kernel))
                 ops[name + "_bias"] = lw[name + "_bias"]
             self.layers.append(ops)

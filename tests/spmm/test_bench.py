@@ -68,6 +68,15 @@ def test_bench_ci_records_claims():
     assert "spmm.crossover_n_s80" in report.results
     names = {n for c in report.comparisons for n in c.names}
     assert {"dense_bf16", "tiled_csl_sparse", "tiled_csl_dense_tile", "torch_csr", "scipy_csr"} <= names
+    # the decoder also races a dense fp32 model; each batch records the speedup over the fastest dense one
+    for batch in (1, 4):
+        dec = next(c for c in report.comparisons if c.case.startswith("decoder") and c.case.endswith(f"batch={batch}"))
+        assert {"dense_bf16", "dense_bf16_linear", "dense_fp32", "tiled_csl"} == set(dec.names)
+        fastest = min(("dense_bf16", "dense_bf16_linear", "dense_fp32"), key=dec.median)
+        assert report.results[f"spmm.e2e_tokens_speedup_best_dense_s90_b{batch}"] == pytest.approx(
+            dec.ratio(fastest, "tiled_csl"))
+        assert report.results[f"spmm.e2e_tokens_speedup_best_dense_s90_b{batch}"] <= \
+            report.results[f"spmm.e2e_tokens_speedup_s90_b{batch}"] * (1 + 1e-12)
 
 
 def test_the_sweep_takes_its_speedups_over_the_fastest_dense_product_fp32_included():

@@ -24,6 +24,23 @@ def test_same_logits(models):
     assert torch.allclose(ld, ls, atol=0.05 * ld.abs().max().item())
 
 
+def test_fp32_dense_decoder_computes_the_same_model(models):
+    dense, sparse, w = models
+    fp32 = Decoder(w, linear="dense", dense_call="linear", dense_dtype=torch.float32)
+    assert fp32.linear_bytes == 2 * dense.linear_bytes
+    tok = torch.tensor([5, 17, 3])
+    with torch.inference_mode():
+        c32, cs = fp32.new_cache(3), sparse.new_cache(3)
+        for t in range(3):
+            l32, ls = fp32.step(tok, c32, t), sparse.step(tok, cs, t)
+    # the sparse model's bf16 values are the weights rounded; fp32 keeps them whole
+    assert torch.allclose(l32, ls, atol=0.05 * l32.abs().max().item())
+    with pytest.raises(ValueError, match="dense_dtype=torch.float32 .*linear='dense'"):
+        Decoder(w, linear="sparse", dense_dtype=torch.float32)
+    with pytest.raises(ValueError, match="dense_dtype=torch.float16"):
+        Decoder(w, linear="dense", dense_dtype=torch.float16)
+
+
 def test_generate_shapes_and_throughput(models):
     dense, sparse, w = models
     prompt = torch.tensor([[1, 2], [3, 4]])
