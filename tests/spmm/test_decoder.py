@@ -13,13 +13,19 @@ def models():
     return Decoder(w, linear="dense"), Decoder(w, linear="sparse"), w
 
 
-def test_same_logits(models):
-    dense, sparse, _ = models
+def _logits(model, steps: int = 3):
+    """Logits after `steps` decode steps of the same 3 tokens, from a fresh cache."""
     tok = torch.tensor([5, 17, 3])
     with torch.inference_mode():
-        cd, cs = dense.new_cache(3), sparse.new_cache(3)
-        for t in range(3):
-            ld, ls = dense.step(tok, cd, t), sparse.step(tok, cs, t)
+        cache = model.new_cache(3)
+        for t in range(steps):
+            out = model.step(tok, cache, t)
+    return out
+
+
+def test_same_logits(models):
+    dense, sparse, _ = models
+    ld, ls = _logits(dense), _logits(sparse)
     # dense runs its linears in bf16 (activations and outputs rounded); sparse accumulates in fp32
     assert torch.allclose(ld, ls, atol=0.05 * ld.abs().max().item())
 
@@ -28,11 +34,7 @@ def test_fp32_dense_decoder_computes_the_same_model(models):
     dense, sparse, w = models
     fp32 = Decoder(w, linear="dense", dense_call="linear", dense_dtype=torch.float32)
     assert fp32.linear_bytes == 2 * dense.linear_bytes
-    tok = torch.tensor([5, 17, 3])
-    with torch.inference_mode():
-        c32, cs = fp32.new_cache(3), sparse.new_cache(3)
-        for t in range(3):
-            l32, ls = fp32.step(tok, c32, t), sparse.step(tok, cs, t)
+    l32, ls = _logits(fp32), _logits(sparse)
     # the sparse model's bf16 values are the weights rounded; fp32 keeps them whole
     assert torch.allclose(l32, ls, atol=0.05 * l32.abs().max().item())
     with pytest.raises(ValueError, match="dense_dtype=torch.float32 .*linear='dense'"):
