@@ -71,8 +71,9 @@ def test_bench_ci_records_claims():
     # the decoder also races a dense fp32 model; each batch records the speedup over the fastest dense one
     for batch in (1, 4):
         dec = next(c for c in report.comparisons if c.case.startswith("decoder") and c.case.endswith(f"batch={batch}"))
-        assert {"dense_bf16", "dense_bf16_linear", "dense_fp32", "tiled_csl"} == set(dec.names)
-        fastest = min(("dense_bf16", "dense_bf16_linear", "dense_fp32"), key=dec.median)
+        dense = ("dense_bf16", "dense_bf16_linear", "dense_fp32", "dense_fp32_linear")
+        assert set(dense) | {"tiled_csl"} == set(dec.names)
+        fastest = min(dense, key=dec.median)
         assert report.results[f"spmm.e2e_tokens_speedup_best_dense_s90_b{batch}"] == pytest.approx(
             dec.ratio(fastest, "tiled_csl"))
         assert report.results[f"spmm.e2e_tokens_speedup_best_dense_s90_b{batch}"] <= \
@@ -90,5 +91,7 @@ def test_the_sweep_takes_its_speedups_over_the_fastest_dense_product_fp32_includ
     no_bf16_hw = comp(dense_bf16=5.2, dense_bf16_linear=4.9, dense_fp32=0.31, tiled_csl_sparse=0.15)
     assert _best_dense(no_bf16_hw) == "dense_fp32"
     assert _best_dense(no_bf16_hw, DENSE) == "dense_bf16_linear"
+    # both fp32 calls count (F.linear's GEMM and torch.matmul differ by 2x at N = 16 on some CPUs)
+    assert _best_dense(comp(dense_bf16=5.2, dense_fp32=0.9, dense_fp32_linear=0.4)) == "dense_fp32_linear"
     assert _best_dense(comp(dense_bf16=0.033, dense_bf16_linear=0.044, dense_fp32=0.20)) == "dense_bf16"
     assert _best_dense(comp(dense_bf16=0.06, dense_bf16_linear=0.061)) == "dense_bf16"  # no fp32 timed
