@@ -73,8 +73,8 @@ def caliex_plans_nbytes(num_nodes: int) -> int:
 
     Stated from the dtypes above with every node ranked: order 4 bytes per node (8 past 2**31
     nodes) and score 4 in each plan, and topology's cost counted at 8 (it is 4 unless a list's
-    bytes pass 2**30); feature rows' cost is one broadcast value. A system keeps both plans while its caches fill; outside
-    the memory budget, so :mod:`labkit.disk.rss` states them.
+    bytes pass 2**30); feature rows' cost is one broadcast value. A system keeps both plans
+    while its caches fill, outside the memory budget, so :mod:`labkit.disk.rss` states them.
     """
     check_range("num_nodes", num_nodes, 0, integer=True)
     index = 4 if num_nodes < 2**31 else 8

@@ -9,9 +9,9 @@ slack): the "fixed overhead" a budget does not cover.
 That overhead is stated before CaliEX opens, not read off the run: the training working set
 (the trainer's peak on the largest pre-sampled mini-batch, its gathered rows included, measured
 alone in this process), the cache plans the opening keeps while the caches fill (bytes per node,
-from their dtypes: :func:`labkit.disk.plans.caliex_plans_nbytes`) plus :data:`ALLOCATOR_ALLOWANCE`. ``bound`` = budget + model + stated
-overhead; ``over_bound`` = the larger of the two peaks' growth / ``bound`` (at most 1 when the
-statement holds).
+from their dtypes: :func:`labkit.disk.plans.caliex_plans_nbytes`) plus :data:`ALLOCATOR_ALLOWANCE`.
+``bound`` = budget + model + stated overhead; ``over_bound`` = the larger of the two peaks'
+growth / ``bound`` (at most 1 when the statement holds).
 """
 
 from __future__ import annotations

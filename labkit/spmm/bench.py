@@ -67,7 +67,7 @@ def _geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
-def _best_dense(c, names=DENSE + ("dense_fp32", "dense_fp32_linear")) -> str:
+def _best_dense(c, names=DENSE + FP32) -> str:
     """Name of the fastest dense contender of `c` (by median): bf16, or fp32 where it is timed and faster.
 
     On a CPU without native bf16 matmul (AVX2 only) torch's bf16 GEMM takes a slow path from N = 2 on
