@@ -68,6 +68,8 @@ def test_bench_ci_records_claims():
     assert "spmm.crossover_n_s80" in report.results
     names = {n for c in report.comparisons for n in c.names}
     assert {"dense_bf16", "tiled_csl_sparse", "tiled_csl_dense_tile", "torch_csr", "scipy_csr"} <= names
+    sweep = next(c for c in report.comparisons if c.case.startswith("sweep"))
+    assert {"dense_bf16", "dense_bf16_linear", "dense_fp32", "dense_fp32_linear"} <= set(sweep.names)
     # the decoder also races a dense fp32 model; each batch records the speedup over the fastest dense one
     for batch in (1, 4):
         dec = next(c for c in report.comparisons if c.case.startswith("decoder") and c.case.endswith(f"batch={batch}"))
