@@ -1,11 +1,18 @@
 """CSR (out-edges) and CSC (in-edges) topology, and the fast parallel builder that makes them.
 
-The builder is a two-pass counting sort: count each source's degree, prefix-sum into
-``indptr``, then scatter destinations into ``indices``. Both passes are numba kernels that
-release the GIL; thread t takes slice t of the edges with its own counts, turned into its own
-write cursors, so no two threads write the same slot and rows keep input order (a stable
-sort). The same kernels take edges in chunks, so an edge list larger than memory is built in two streaming passes
-(:func:`build_csr_chunked`) while only the CSR itself is held.
+The builder is a counting sort by source, made cache-friendly by buckets (:func:`build_csr`).
+Sources are grouped into buckets of 2**k consecutive rows (about :data:`BUCKET_EDGES` edges each).
+Pass 1 streams every edge into its bucket's slice of ``indices``; pass 2 takes one bucket at a
+time, counts its rows into ``indptr`` and moves its edges into row order, then sorts each row, all
+while the slice is in cache. A one-pass scatter writes each edge at a random place in all of
+``indices`` and reads a random cursor: both miss the cache and the TLB per edge (on a 2-core VM
+it took 2.0 of a 3.2 s build of 34M edges; the bucketed build takes 1.2 s in all). The kernels
+are numba and release the GIL; thread t takes slice t of the edges with its own cursors, so no two
+threads write the same slot and rows keep input order (a stable sort).
+
+The chunked builder (:func:`build_csr_chunked`), for an edge list larger than memory, runs two
+streaming passes over the chunks (count each source's degree; scatter through per-thread write
+cursors) while only the CSR itself is held.
 
 Topology is kept apart from attributes (as in AliGraph): a :class:`CSR` holds ``indptr``,
 ``indices`` and, when asked, ``eid`` (the input position of each stored edge) through which
@@ -237,6 +244,106 @@ def _scatter(src, dst, eid0, drop_self_loops, cur, indices, eid, track_eid):
             c[s] = p + 1
 
 
+#: Edges per bucket the in-memory builder aims for (see :func:`build_csr`): one bucket's slice of
+#: ``indices`` (256 KiB of int32), its row numbers and its rows' cursors stay in cache while it is
+#: scattered, where a single scatter over all of ``indices`` misses the cache and the TLB per edge.
+BUCKET_EDGES = 1 << 16
+#: A bucket spans at most 2**16 rows, so an edge's row within its bucket fits in a uint16.
+_MAX_SHIFT = 16
+
+
+def _bucket_shift(num_nodes: int, num_edges: int) -> int:
+    """Rows per bucket as a power of two: about :data:`BUCKET_EDGES` edges per bucket, at most 2**16 rows."""
+    buckets = max(1, num_edges // BUCKET_EDGES)
+    rows = -(-max(1, num_nodes) // buckets)
+    return min(_MAX_SHIFT, int(rows - 1).bit_length())
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _bucket_counts(src, dst, drop_self_loops, shift, cnt):
+    """cnt[t, k] = edges of thread t's slice whose source lies in bucket k (rows k << shift onwards)."""
+    nt = cnt.shape[0]
+    m = len(src)
+    for t in prange(nt):
+        c = cnt[t]
+        for i in range(t * m // nt, (t + 1) * m // nt):
+            s = src[i]
+            if drop_self_loops and s == dst[i]:
+                continue
+            c[s >> shift] += 1
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _partition(src, dst, drop_self_loops, shift, cur, indices, low, eid, track_eid):
+    """Pass 1: write each edge's destination (and its source's row within the bucket, and its id)
+    at its thread's cursor in its bucket's slice: sequential streams, one per bucket, input order kept."""
+    nt = cur.shape[0]
+    m = len(src)
+    mask = (1 << shift) - 1
+    for t in prange(nt):
+        c = cur[t]
+        for i in range(t * m // nt, (t + 1) * m // nt):
+            s = src[i]
+            d = dst[i]
+            if drop_self_loops and s == d:
+                continue
+            k = s >> shift
+            p = c[k]
+            indices[p] = d
+            low[p] = s & mask
+            if track_eid:
+                eid[p] = i
+            c[k] = p + 1
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _scatter_buckets(bstart, bucket_bounds, shift, num_nodes, max_edges, low, indices, eid, track_eid, indptr,
+                     sort, max_deg, ucount):
+    """Pass 2, bucket by bucket: count the bucket's rows, write their ``indptr``, then move its edges
+    into row order inside the bucket's own slice (cache-resident; stable, so rows keep input order).
+    With `sort` (never with `track_eid`) each row is then sorted while it is still in cache, and
+    ucount[v] = its distinct ids (if len(ucount))."""
+    nt = len(bucket_bounds) - 1
+    span = 1 << shift
+    for t in prange(nt):
+        cur = np.empty(span + 1, np.int64)
+        sd = np.empty(max_edges, indices.dtype)
+        se = np.empty(max_edges if track_eid else 0, np.int64)
+        bsort = np.empty(max_deg // 4 + 2 if sort else 0, np.int64)
+        for k in range(bucket_bounds[t], bucket_bounds[t + 1]):
+            a = bstart[k]
+            e = bstart[k + 1]
+            r0 = k << shift
+            nr = min(num_nodes, r0 + span) - r0
+            cur[:nr + 1] = 0
+            for q in range(a, e):
+                cur[np.int64(low[q]) + 1] += 1
+            cur[0] = a
+            for j in range(nr):
+                cur[j + 1] += cur[j]
+                indptr[r0 + j + 1] = cur[j + 1]
+            for q in range(a, e):
+                sd[q - a] = indices[q]
+            if track_eid:
+                for q in range(a, e):
+                    se[q - a] = eid[q]
+            for q in range(e - a):
+                j = np.int64(low[a + q])
+                p = cur[j]
+                indices[p] = sd[q]
+                if track_eid:
+                    eid[p] = se[q]
+                cur[j] = p + 1
+            if sort:  # sd is free again: it is the sort's scratch
+                lo = a  # (not indptr[r0]: the thread with the bucket before may not have written it yet)
+                for j in range(nr):
+                    hi = cur[j]  # row j's end, where its cursor stopped
+                    _sort_row(indices, lo, hi, num_nodes, sd, bsort)
+                    if len(ucount):
+                        ucount[r0 + j] = _count_distinct(indices, lo, hi)
+                    lo = hi
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def _sum_rows(hist, out):
     nt, n = hist.shape
@@ -258,48 +365,51 @@ def _insertion_sort(a, lo, hi):
         a[j + 1] = x
 
 
+@njit(inline="always")
+def _sort_row(indices, lo, hi, num_nodes, scratch, bstart):
+    """Sort indices[lo:hi] in place. Short rows: insertion sort. Long rows (hubs hold most R-MAT
+    edges): a bucket sort by value range with about 4 ids per bucket, then insertion sort inside
+    buckets; O(d) expected since ids are scrambled over [0, num_nodes). `scratch` holds d ids and
+    `bstart` d // 4 + 2 counts."""
+    d = hi - lo
+    if d <= 32:
+        _insertion_sort(indices, lo, hi)
+        return
+    nb = d // 4 + 1
+    bstart[:nb + 1] = 0
+    for p in range(lo, hi):
+        bstart[(np.int64(indices[p]) * nb) // num_nodes + 1] += 1
+    for j in range(nb):
+        bstart[j + 1] += bstart[j]
+    for p in range(lo, hi):
+        bk = (np.int64(indices[p]) * nb) // num_nodes
+        scratch[bstart[bk]] = indices[p]
+        bstart[bk] += 1
+    # bstart[j] now holds the end of bucket j; sort each bucket back into place.
+    prev = 0
+    for j in range(nb):
+        end = bstart[j]
+        for q in range(prev, end):
+            x = scratch[q]
+            r = lo + q - 1
+            while r >= lo + prev and indices[r] > x:
+                indices[r + 1] = indices[r]
+                r -= 1
+            indices[r + 1] = x
+        prev = end
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def _sort_rows(indptr, indices, row_bounds, num_nodes, max_deg, ucount):
-    """Sort every row's neighbour ids in place; ucount[v] = distinct ids in row v (if len(ucount)).
-
-    Short rows: insertion sort. Long rows (hubs hold most R-MAT edges): a bucket sort by value
-    range with about 4 ids per bucket, then insertion sort inside buckets; O(d) expected since
-    ids are scrambled over [0, num_nodes). Scratch is one max-degree buffer per thread.
-    """
+    """Sort every row's neighbour ids in place (:func:`_sort_row`); ucount[v] = distinct ids in row v
+    (if len(ucount)). Scratch is one max-degree buffer per thread."""
     nt = len(row_bounds) - 1
     for t in prange(nt):
         scratch = np.empty(max_deg, indices.dtype)
         bstart = np.empty(max_deg // 4 + 2, np.int64)
         for v in range(row_bounds[t], row_bounds[t + 1]):
             lo, hi = indptr[v], indptr[v + 1]
-            d = hi - lo
-            if d <= 32:
-                _insertion_sort(indices, lo, hi)
-                if len(ucount):
-                    ucount[v] = _count_distinct(indices, lo, hi)
-                continue
-            nb = d // 4 + 1
-            bstart[:nb + 1] = 0
-            for p in range(lo, hi):
-                bstart[(np.int64(indices[p]) * nb) // num_nodes + 1] += 1
-            for j in range(nb):
-                bstart[j + 1] += bstart[j]
-            for p in range(lo, hi):
-                bk = (np.int64(indices[p]) * nb) // num_nodes
-                scratch[bstart[bk]] = indices[p]
-                bstart[bk] += 1
-            # bstart[j] now holds the end of bucket j; sort each bucket back into place.
-            prev = 0
-            for j in range(nb):
-                end = bstart[j]
-                for q in range(prev, end):
-                    x = scratch[q]
-                    r = lo + q - 1
-                    while r >= lo + prev and indices[r] > x:
-                        indices[r + 1] = indices[r]
-                        r -= 1
-                    indices[r + 1] = x
-                prev = end
+            _sort_row(indices, lo, hi, num_nodes, scratch, bstart)
             if len(ucount):
                 ucount[v] = _count_distinct(indices, lo, hi)
 
@@ -385,10 +495,15 @@ def _check_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int | None, offset
     return top
 
 
-def _finish(indptr, indices, eid, num_nodes, sort, dedup, nt):
+def _finish(indptr, indices, eid, num_nodes, sort, dedup, nt, presorted: np.ndarray | None = None):
+    """Sort rows (`sort` or `dedup`) and keep each row's first copy of an id (`dedup`).
+
+    `presorted`: the rows are sorted already, and this array holds each row's distinct ids
+    (when `dedup`) as :func:`_bucket_build` counted them.
+    """
     bounds = _edge_balanced_bounds(indptr, nt)
-    ucount = np.empty(num_nodes if dedup else 0, np.int64)
-    if sort or dedup:
+    ucount = presorted if presorted is not None else np.empty(num_nodes if dedup else 0, np.int64)
+    if (sort or dedup) and presorted is None:
         if eid is None:
             max_deg = int(np.max(np.diff(indptr))) if num_nodes else 0
             _sort_rows(indptr, indices, bounds, num_nodes, max_deg, ucount)
@@ -409,6 +524,44 @@ def _finish(indptr, indices, eid, num_nodes, sort, dedup, nt):
     return indptr, indices, eid
 
 
+def _bucket_build(src: np.ndarray, dst: np.ndarray, num_nodes: int, drop_self_loops: bool, track_eid: bool,
+                  nt: int, sort: bool = False, ucount: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Counting sort of the edges by source in two cache-friendly passes; return (indptr, indices, eid).
+
+    Sources are grouped into buckets of 2**shift consecutive rows. Pass 1 (:func:`_partition`)
+    streams each edge into its bucket's slice of ``indices``; pass 2 (:func:`_scatter_buckets`)
+    sorts each slice into rows while it sits in cache. Rows are the same, in the same order, as
+    a one-pass scatter gives (both are stable), but no write lands at random over all of ``indices``.
+    `sort` (not with `track_eid`) sorts each row in pass 2 and fills `ucount` (distinct ids per row).
+    """
+    shift = _bucket_shift(num_nodes, len(src))
+    nb = (num_nodes + (1 << shift) - 1) >> shift
+    cnt = np.zeros((nt, nb), np.int64)
+    _bucket_counts(src, dst, drop_self_loops, shift, cnt)
+    bstart = np.zeros(nb + 1, np.int64)
+    np.cumsum(cnt.sum(axis=0), out=bstart[1:])
+    cur = bstart[:-1] + np.cumsum(cnt, axis=0) - cnt  # thread t writes after threads < t in each bucket
+    m = int(bstart[-1])
+    indices = np.empty(m, _index_dtype(num_nodes))
+    low = np.empty(m, np.uint16)
+    eid = np.empty(m if track_eid else 0, np.int64)
+    _partition(src, dst, drop_self_loops, shift, cur, indices, low, eid, track_eid)
+    indptr = np.empty(num_nodes + 1, np.int64)
+    indptr[0] = 0
+    bounds = np.searchsorted(bstart, np.linspace(0, m, nt + 1)).astype(np.int64)
+    bounds[0], bounds[-1] = 0, nb
+    bounds = np.maximum.accumulate(np.minimum(bounds, nb))
+    per_bucket = np.diff(bstart)
+    max_edges = int(per_bucket.max()) if nb else 0
+    sort = bool(sort) and not track_eid
+    # A row is never longer than its bucket: the sort's count array is sized by the longest bucket.
+    ucount = np.empty(0, np.int64) if ucount is None else ucount
+    _scatter_buckets(bstart, bounds, shift, num_nodes, max_edges, low, indices, eid, track_eid, indptr,
+                     sort, max_edges if sort else 0, ucount)
+    return indptr, indices, eid
+
+
 def build_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int | None = None, *,
               weights: np.ndarray | None = None, drop_self_loops: bool = False, dedup: bool = False,
               sort: bool = False, return_eid: bool = False) -> CSR:
@@ -418,8 +571,9 @@ def build_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int | None = None, *,
     is kept); it implies `sort` (neighbour lists in ascending id order). Otherwise a row's
     neighbours keep input order. `return_eid` (implied by `weights`) records each stored edge's
     input position in ``eid``. Ids must lie in [0, num_nodes); num_nodes defaults to max id + 1.
-    A node count (given, or implied by the largest id) whose build arrays, (threads + 2) x 8 bytes
-    per node, exceed this machine's RAM is refused up front, naming the id or count. `weights`
+    A node count (given, or implied by the largest id) whose per-node build arrays (at most
+    (threads + 2) x 8 bytes per node, as the chunked builder holds) exceed this machine's RAM is
+    refused up front, naming the id or count. `weights`
     must be finite numbers >= 0 (:func:`check_weights`); the first other one is refused by position.
     """
     if num_nodes is not None:
@@ -434,19 +588,13 @@ def build_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int | None = None, *,
         weights = check_weights(weights)
         return_eid = True
     nt = _threads()
-    hist = np.zeros((nt, num_nodes), np.int64)
-    _hist(src, dst, drop_self_loops, hist)
-    indptr = np.zeros(num_nodes + 1, np.int64)
-    _sum_rows(hist, indptr[1:])
-    np.cumsum(indptr, out=indptr)
-    indices = np.empty(int(indptr[-1]), _index_dtype(num_nodes))
-    eid = np.empty(len(indices) if return_eid else 0, np.int64)
-    cursor = indptr[:-1].copy()
-    _hist_to_cursors(hist, cursor)
-    _scatter(src, dst, 0, drop_self_loops, hist, indices, eid, return_eid)
-    del hist
-    del cursor
-    indptr, indices, eid = _finish(indptr, indices, eid if return_eid else None, num_nodes, sort, dedup, nt)
+    # Without edge ids the rows are sorted (and their distinct ids counted) in the builder's own
+    # second pass, while each bucket is in cache; with them, _finish sorts ids and eids together.
+    presort = (sort or dedup) and not return_eid
+    ucount = np.empty(num_nodes if presort and dedup else 0, np.int64)
+    indptr, indices, eid = _bucket_build(src, dst, num_nodes, drop_self_loops, return_eid, nt, presort, ucount)
+    indptr, indices, eid = _finish(indptr, indices, eid if return_eid else None, num_nodes, sort, dedup, nt,
+                                   ucount if presort else None)
     return CSR(indptr, indices, eid, None if weights is None else weights[eid])
 
 

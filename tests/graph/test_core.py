@@ -85,6 +85,39 @@ def test_chunked_build_equals_in_memory(edges):
             assert np.array_equal(a.eid, b.eid)
 
 
+@pytest.mark.parametrize("bucket_edges", [1, 64, 1 << 16])
+def test_bucketed_build_equals_one_pass_scatter(edges, monkeypatch, bucket_edges):
+    # build_csr sorts edges into buckets of rows first; build_csr_chunked still scatters in one pass
+    # (a different kernel), so it is the oracle. Few edges per bucket: many buckets over 2 threads.
+    import labkit.graph.csr as csr_mod
+    monkeypatch.setattr(csr_mod, "BUCKET_EDGES", bucket_edges)
+    for kw in ({}, {"sort": True}, {"dedup": True}, {"return_eid": True}, {"dedup": True, "return_eid": True},
+               {"dedup": True, "drop_self_loops": True}, {"drop_self_loops": True, "return_eid": True}):
+        a = build_csr(*edges, P.num_nodes, **kw)
+        b = build_csr_chunked(lambda: rmat_edge_chunks(P, 3001), P.num_nodes, **kw)
+        assert np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices), kw
+        assert (a.eid is None) == (b.eid is None) and (a.eid is None or np.array_equal(a.eid, b.eid)), kw
+
+
+def test_bucketed_build_rows_at_the_uint16_boundary():
+    # 3 * 2**16 + 5 nodes and few edges: buckets span the most rows a uint16 offset holds (2**16),
+    # and edges sit on each bucket's first and last row.
+    n = 3 * (1 << 16) + 5
+    rows = np.array([0, 65535, 65536, 131071, 131072, 196607, 196608, n - 1, 65535, 0])
+    rng = np.random.default_rng(0)
+    src = np.concatenate([rows, rng.integers(0, n, 5000)])
+    dst = rng.integers(0, n, len(src))
+    for kw in ({"return_eid": True}, {"dedup": True}):
+        c = build_csr(src, dst, n, **kw)
+        if kw.get("dedup"):
+            ref = sp.coo_matrix((np.ones(len(src)), (src, dst)), shape=(n, n)).tocsr()  # duplicates summed
+            assert np.array_equal(c.indptr, ref.indptr) and np.array_equal(c.indices, ref.indices)
+        else:
+            order = np.argsort(src, kind="stable")
+            assert np.array_equal(c.indptr, np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))]))
+            assert np.array_equal(c.eid, order) and np.array_equal(c.indices, dst[order])
+
+
 def test_drop_self_loops_and_weights_follow_their_edges():
     s = np.array([0, 0, 1, 2, 2, 0])
     d = np.array([1, 0, 2, 0, 0, 1])
