@@ -10,9 +10,10 @@ it took 2.0 of a 3.2 s build of 34M edges; the bucketed build takes 1.2 s in all
 are numba and release the GIL; thread t takes slice t of the edges with its own cursors, so no two
 threads write the same slot and rows keep input order (a stable sort).
 
-The chunked builder (:func:`build_csr_chunked`), for an edge list larger than memory, runs two
-streaming passes over the chunks (count each source's degree; scatter through per-thread write
-cursors) while only the CSR itself is held.
+The chunked builder (:func:`build_csr_chunked`), for an edge list larger than memory, makes two
+streaming passes over the chunks while only the CSR itself (and one chunk) is held: it counts
+each row's edges, then writes them at their rows' cursors. Each chunk is partitioned by bucket
+first, so those counts and writes stay within one bucket's rows at a time.
 
 Topology is kept apart from attributes (as in AliGraph): a :class:`CSR` holds ``indptr``,
 ``indices`` and, when asked, ``eid`` (the input position of each stored edge) through which
@@ -152,15 +153,20 @@ def _threads() -> int:
 _CHECK_RAM_FROM = 1 << 30
 
 
+#: Per-node int64 arrays a build holds at once: indptr, then a write cursor (chunked) or the rows'
+#: distinct counts (dedup), then the deduplicated indptr.
+_PER_NODE_ARRAYS = 3
+
+
 def build_bytes(num_nodes: int) -> int:
-    """Return the bytes the builder holds per node count: indptr, a write cursor and per-thread counts."""
-    return (_threads() + 2) * 8 * (int(num_nodes) + 1)
+    """Return the bytes the builder holds per node count (:data:`_PER_NODE_ARRAYS` int64 arrays)."""
+    return _PER_NODE_ARRAYS * 8 * (int(num_nodes) + 1)
 
 
 def max_buildable_nodes() -> int:
     """Return the largest node count whose build arrays (:func:`build_bytes`) fit in this machine's RAM."""
     from labkit.core.machine import memory_bytes
-    return memory_bytes() // ((_threads() + 2) * 8) - 1
+    return memory_bytes() // (_PER_NODE_ARRAYS * 8) - 1
 
 
 def _too_big(num_nodes: int) -> str | None:
@@ -177,7 +183,7 @@ def _too_big(num_nodes: int) -> str | None:
     ram = memory_bytes()
     if need <= ram:
         return None
-    return (f"num_nodes={num_nodes} needs {fmt_bytes(need)} for indptr and {_threads()} threads' counts but this "
+    return (f"num_nodes={num_nodes} needs {fmt_bytes(need)} for indptr and its build arrays but this "
             f"machine has {fmt_bytes(ram)} of RAM, so at most {max_buildable_nodes()} nodes")
 
 
@@ -196,52 +202,6 @@ def _check_implied(name: str, a: np.ndarray, offset: int, num_nodes: int) -> Non
         pos = int(np.argmax(a))
         raise ValueError(f"{name}[{offset + pos}]={int(a[pos])} is not accepted; expected node ids a CSR can "
                          f"hold in memory: that id implies {why} (relabel ids to 0..n-1)")
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def _hist(src, dst, drop_self_loops, hist):
-    """hist[t, v] = edges from v in thread t's slice of the chunk (no shared writes, no branches on t)."""
-    nt = hist.shape[0]
-    m = len(src)
-    for t in prange(nt):
-        h = hist[t]
-        for i in range(t * m // nt, (t + 1) * m // nt):
-            s = src[i]
-            if drop_self_loops and s == dst[i]:
-                continue
-            h[s] += 1
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def _hist_to_cursors(hist, cursor):
-    """Turn per-thread counts into per-thread write cursors starting at `cursor`; advance `cursor`."""
-    nt, n = hist.shape
-    for v in prange(n):
-        c = cursor[v]
-        for t in range(nt):
-            x = hist[t, v]
-            hist[t, v] = c
-            c += x
-        cursor[v] = c
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def _scatter(src, dst, eid0, drop_self_loops, cur, indices, eid, track_eid):
-    """Write each edge's destination at its thread's cursor (stable: input order kept per row)."""
-    nt = cur.shape[0]
-    m = len(src)
-    for t in prange(nt):
-        c = cur[t]
-        for i in range(t * m // nt, (t + 1) * m // nt):
-            s = src[i]
-            d = dst[i]
-            if drop_self_loops and s == d:
-                continue
-            p = c[s]
-            indices[p] = d
-            if track_eid:
-                eid[p] = eid0 + i
-            c[s] = p + 1
 
 
 #: Edges per bucket the in-memory builder aims for (see :func:`build_csr`): one bucket's slice of
@@ -274,9 +234,10 @@ def _bucket_counts(src, dst, drop_self_loops, shift, cnt):
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def _partition(src, dst, drop_self_loops, shift, cur, indices, low, eid, track_eid):
-    """Pass 1: write each edge's destination (and its source's row within the bucket, and its id)
-    at its thread's cursor in its bucket's slice: sequential streams, one per bucket, input order kept."""
+def _partition(src, dst, drop_self_loops, shift, cur, indices, low, eid, track_eid, with_dst):
+    """Write each edge's source row within its bucket (and its destination if `with_dst`, its
+    position if `track_eid`) at its thread's cursor in its bucket's slice: sequential streams, one
+    per bucket, input order kept."""
     nt = cur.shape[0]
     m = len(src)
     mask = (1 << shift) - 1
@@ -289,7 +250,8 @@ def _partition(src, dst, drop_self_loops, shift, cur, indices, low, eid, track_e
                 continue
             k = s >> shift
             p = c[k]
-            indices[p] = d
+            if with_dst:
+                indices[p] = d
             low[p] = s & mask
             if track_eid:
                 eid[p] = i
@@ -345,13 +307,37 @@ def _scatter_buckets(bstart, bucket_bounds, shift, num_nodes, max_edges, low, in
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def _sum_rows(hist, out):
-    nt, n = hist.shape
-    for v in prange(n):
-        x = 0
-        for t in range(nt):
-            x += hist[t, v]
-        out[v] += x
+def _count_buckets(bstart, bucket_bounds, shift, low, deg):
+    """deg[v] += the edges of row v in each bucket (a bucket's rows are one thread's alone)."""
+    nt = len(bucket_bounds) - 1
+    for t in prange(nt):
+        for k in range(bucket_bounds[t], bucket_bounds[t + 1]):
+            r0 = k << shift
+            for q in range(bstart[k], bstart[k + 1]):
+                deg[r0 + np.int64(low[q])] += 1
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _scatter_chunk(bstart, bucket_bounds, shift, low, dst, pos, eid0, track_eid, cursor, end, indices, eid, overflow):
+    """Write a partitioned chunk's edges at their rows' cursors in the whole CSR, bucket by bucket
+    (so the writes stay within a bucket's rows). An edge whose row is full already is not written:
+    overflow[t] counts them (the stream changed between passes)."""
+    nt = len(bucket_bounds) - 1
+    for t in prange(nt):
+        bad = 0
+        for k in range(bucket_bounds[t], bucket_bounds[t + 1]):
+            r0 = k << shift
+            for q in range(bstart[k], bstart[k + 1]):
+                v = r0 + np.int64(low[q])
+                p = cursor[v]
+                if p >= end[v]:
+                    bad += 1
+                    continue
+                indices[p] = dst[q]
+                if track_eid:
+                    eid[p] = eid0 + pos[q]
+                cursor[v] = p + 1
+        overflow[t] = bad
 
 
 @njit(inline="always")
@@ -524,40 +510,61 @@ def _finish(indptr, indices, eid, num_nodes, sort, dedup, nt, presorted: np.ndar
     return indptr, indices, eid
 
 
-def _bucket_build(src: np.ndarray, dst: np.ndarray, num_nodes: int, drop_self_loops: bool, track_eid: bool,
-                  nt: int, sort: bool = False, ucount: np.ndarray | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Counting sort of the edges by source in two cache-friendly passes; return (indptr, indices, eid).
+@dataclass
+class _Buckets:
+    """Edges partitioned by source bucket (rows ``k << shift`` onwards): bucket k's edges are
+    ``[bstart[k], bstart[k + 1])`` of ``dst``, ``low`` (row within the bucket) and ``pos`` (input
+    position); thread t takes buckets ``[bounds[t], bounds[t + 1])`` (about equal edges)."""
 
-    Sources are grouped into buckets of 2**shift consecutive rows. Pass 1 (:func:`_partition`)
-    streams each edge into its bucket's slice of ``indices``; pass 2 (:func:`_scatter_buckets`)
-    sorts each slice into rows while it sits in cache. Rows are the same, in the same order, as
-    a one-pass scatter gives (both are stable), but no write lands at random over all of ``indices``.
-    `sort` (not with `track_eid`) sorts each row in pass 2 and fills `ucount` (distinct ids per row).
-    """
-    shift = _bucket_shift(num_nodes, len(src))
+    shift: int
+    bstart: np.ndarray
+    bounds: np.ndarray
+    dst: np.ndarray
+    low: np.ndarray
+    pos: np.ndarray
+
+
+def _partition_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, shift: int, drop_self_loops: bool,
+                     track_eid: bool, nt: int, with_dst: bool = True) -> _Buckets:
+    """Partition the edges by source bucket of 2**shift rows, stable (input order kept per bucket)."""
     nb = (num_nodes + (1 << shift) - 1) >> shift
     cnt = np.zeros((nt, nb), np.int64)
     _bucket_counts(src, dst, drop_self_loops, shift, cnt)
     bstart = np.zeros(nb + 1, np.int64)
     np.cumsum(cnt.sum(axis=0), out=bstart[1:])
     cur = bstart[:-1] + np.cumsum(cnt, axis=0) - cnt  # thread t writes after threads < t in each bucket
+    del cnt
     m = int(bstart[-1])
-    indices = np.empty(m, _index_dtype(num_nodes))
+    out = np.empty(m if with_dst else 0, _index_dtype(num_nodes))
     low = np.empty(m, np.uint16)
-    eid = np.empty(m if track_eid else 0, np.int64)
-    _partition(src, dst, drop_self_loops, shift, cur, indices, low, eid, track_eid)
-    indptr = np.empty(num_nodes + 1, np.int64)
-    indptr[0] = 0
+    pos = np.empty(m if track_eid else 0, np.int64)
+    _partition(src, dst, drop_self_loops, shift, cur, out, low, pos, track_eid, with_dst)
     bounds = np.searchsorted(bstart, np.linspace(0, m, nt + 1)).astype(np.int64)
     bounds[0], bounds[-1] = 0, nb
     bounds = np.maximum.accumulate(np.minimum(bounds, nb))
-    per_bucket = np.diff(bstart)
-    max_edges = int(per_bucket.max()) if nb else 0
+    return _Buckets(shift, bstart, bounds, out, low, pos)
+
+
+def _bucket_build(src: np.ndarray, dst: np.ndarray, num_nodes: int, drop_self_loops: bool, track_eid: bool,
+                  nt: int, sort: bool = False, ucount: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Counting sort of the edges by source in two cache-friendly passes; return (indptr, indices, eid).
+
+    Sources are grouped into buckets of 2**shift rows. Pass 1 (:func:`_partition`) streams each
+    edge into its bucket's slice, which is already its place in ``indices``; pass 2
+    (:func:`_scatter_buckets`) puts each slice in row order while it sits in cache. Rows come out as
+    a one-pass scatter would give them (stable), but no write lands at random over all of ``indices``.
+    `sort` (not with `track_eid`) sorts each row in pass 2 and fills `ucount` (distinct ids per row).
+    """
+    bk = _partition_edges(src, dst, num_nodes, _bucket_shift(num_nodes, len(src)), drop_self_loops, track_eid, nt)
+    indices, eid = bk.dst, bk.pos
+    indptr = np.empty(num_nodes + 1, np.int64)
+    indptr[0] = 0
+    max_edges = int(np.diff(bk.bstart).max()) if len(bk.bstart) > 1 else 0
     sort = bool(sort) and not track_eid
     # A row is never longer than its bucket: the sort's count array is sized by the longest bucket.
     ucount = np.empty(0, np.int64) if ucount is None else ucount
-    _scatter_buckets(bstart, bounds, shift, num_nodes, max_edges, low, indices, eid, track_eid, indptr,
+    _scatter_buckets(bk.bstart, bk.bounds, bk.shift, num_nodes, max_edges, bk.low, indices, eid, track_eid, indptr,
                      sort, max_edges if sort else 0, ucount)
     return indptr, indices, eid
 
@@ -571,9 +578,8 @@ def build_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int | None = None, *,
     is kept); it implies `sort` (neighbour lists in ascending id order). Otherwise a row's
     neighbours keep input order. `return_eid` (implied by `weights`) records each stored edge's
     input position in ``eid``. Ids must lie in [0, num_nodes); num_nodes defaults to max id + 1.
-    A node count (given, or implied by the largest id) whose per-node build arrays (at most
-    (threads + 2) x 8 bytes per node, as the chunked builder holds) exceed this machine's RAM is
-    refused up front, naming the id or count. `weights`
+    A node count (given, or implied by the largest id) whose per-node build arrays (:func:`build_bytes`)
+    exceed this machine's RAM is refused up front, naming the id or count. `weights`
     must be finite numbers >= 0 (:func:`check_weights`); the first other one is refused by position.
     """
     if num_nodes is not None:
@@ -622,16 +628,17 @@ def build_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, ...]]], nu
         return _build_csr_chunked_weighted(chunks, num_nodes, drop_self_loops=drop_self_loops, dedup=dedup,
                                            sort=sort, progress=progress)
     nt = _threads()
-    # One (threads x nodes) count buffer, reused for every chunk of both passes.
-    hist = np.zeros((nt, num_nodes), np.int64)
+    # Pass 1 counts each row's edges; pass 2 writes them at their rows' cursors. Each chunk is first
+    # partitioned by source bucket, so the counts and writes of a bucket stay within its rows.
     indptr = np.zeros(num_nodes + 1, np.int64)
     off = 0
     for chunk in chunks():
         s, d = _pair(chunk)
         _check_edges(s, d, num_nodes, off)
-        hist[:] = 0
-        _hist(s, d, drop_self_loops, hist)
-        _sum_rows(hist, indptr[1:])
+        bk = _partition_edges(s, d, num_nodes, _bucket_shift(num_nodes, len(s)), drop_self_loops, False, nt,
+                              with_dst=False)
+        _count_buckets(bk.bstart, bk.bounds, bk.shift, bk.low, indptr[1:])
+        del bk
         off += len(s)
         if progress:
             progress(len(s))
@@ -639,21 +646,23 @@ def build_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, ...]]], nu
     indices = np.empty(int(indptr[-1]), _index_dtype(num_nodes))
     eid = np.empty(len(indices) if return_eid else 0, np.int64)
     cursor = indptr[:-1].copy()
+    overflow = np.zeros(nt, np.int64)
+    shift = _bucket_shift(num_nodes, len(indices))  # buckets of the whole CSR's size: their rows' slices stay in cache
     off = 0
     for chunk in chunks():
         s, d = _pair(chunk)
-        hist[:] = 0
-        _hist(s, d, drop_self_loops, hist)
-        _hist_to_cursors(hist, cursor)
-        if len(s) and np.any(cursor > indptr[1:]):  # checked before writing: never out of bounds
-            raise ValueError("chunks() yielded different edges on its second pass; it must replay the same stream")
-        _scatter(s, d, off, drop_self_loops, hist, indices, eid, return_eid)
+        _check_edges(s, d, num_nodes, off)  # again: a changed stream must not index out of bounds
+        bk = _partition_edges(s, d, num_nodes, shift, drop_self_loops, return_eid, nt)
+        _scatter_chunk(bk.bstart, bk.bounds, bk.shift, bk.low, bk.dst, bk.pos, off, return_eid, cursor, indptr[1:],
+                       indices, eid, overflow)
+        del bk
+        if overflow.any():
+            raise ValueError(_REPLAY_ERROR)
         off += len(s)
         if progress:
             progress(len(s))
-    del hist
     if not np.array_equal(cursor, indptr[1:]):
-        raise ValueError("chunks() yielded different edges on its second pass; it must replay the same stream")
+        raise ValueError(_REPLAY_ERROR)
     del cursor
     indptr, indices, eid = _finish(indptr, indices, eid if return_eid else None, num_nodes, sort, dedup, nt)
     return CSR(indptr, indices, eid)

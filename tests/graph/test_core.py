@@ -85,18 +85,33 @@ def test_chunked_build_equals_in_memory(edges):
             assert np.array_equal(a.eid, b.eid)
 
 
+def _reference_csr(s, d, n, drop_self_loops=False, dedup=False, sort=False, return_eid=False):
+    """The CSR build_csr documents, from NumPy's stable sorts: (indptr, indices, eid)."""
+    order = np.flatnonzero(s != d) if drop_self_loops else np.arange(len(s))
+    order = order[np.argsort(s[order], kind="stable")]  # rows keep input order
+    if sort or dedup:
+        order = order[np.lexsort((d[order], s[order]))]  # stable: equal ids keep input order
+    if dedup:  # the first copy of each (src, dst) pair
+        keep = np.ones(len(order), bool)
+        keep[1:] = (s[order][1:] != s[order][:-1]) | (d[order][1:] != d[order][:-1])
+        order = order[keep]
+    return np.concatenate([[0], np.cumsum(np.bincount(s[order], minlength=n))]), d[order], order
+
+
 @pytest.mark.parametrize("bucket_edges", [1, 64, 1 << 16])
-def test_bucketed_build_equals_one_pass_scatter(edges, monkeypatch, bucket_edges):
-    # build_csr sorts edges into buckets of rows first; build_csr_chunked still scatters in one pass
-    # (a different kernel), so it is the oracle. Few edges per bucket: many buckets over 2 threads.
+def test_bucketed_builds_match_a_numpy_reference(edges, monkeypatch, bucket_edges):
+    # Both builders sort edges into buckets of rows first. Few edges per bucket: many buckets over 2 threads.
     import labkit.graph.csr as csr_mod
     monkeypatch.setattr(csr_mod, "BUCKET_EDGES", bucket_edges)
+    s, d = edges
     for kw in ({}, {"sort": True}, {"dedup": True}, {"return_eid": True}, {"dedup": True, "return_eid": True},
-               {"dedup": True, "drop_self_loops": True}, {"drop_self_loops": True, "return_eid": True}):
-        a = build_csr(*edges, P.num_nodes, **kw)
-        b = build_csr_chunked(lambda: rmat_edge_chunks(P, 3001), P.num_nodes, **kw)
-        assert np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices), kw
-        assert (a.eid is None) == (b.eid is None) and (a.eid is None or np.array_equal(a.eid, b.eid)), kw
+               {"sort": True, "return_eid": True}, {"dedup": True, "drop_self_loops": True},
+               {"drop_self_loops": True, "return_eid": True}):
+        ptr, idx, eid = _reference_csr(s, d, P.num_nodes, **kw)
+        for c in (build_csr(s, d, P.num_nodes, **kw),
+                  build_csr_chunked(lambda: rmat_edge_chunks(P, 3001), P.num_nodes, **kw)):
+            assert np.array_equal(c.indptr, ptr) and np.array_equal(c.indices, idx), kw
+            assert (c.eid is None) != bool(kw.get("return_eid")) and (c.eid is None or np.array_equal(c.eid, eid)), kw
 
 
 def test_bucketed_build_rows_at_the_uint16_boundary():
@@ -107,8 +122,8 @@ def test_bucketed_build_rows_at_the_uint16_boundary():
     rng = np.random.default_rng(0)
     src = np.concatenate([rows, rng.integers(0, n, 5000)])
     dst = rng.integers(0, n, len(src))
-    for kw in ({"return_eid": True}, {"dedup": True}):
-        c = build_csr(src, dst, n, **kw)
+    for kw, c in [(kw, c) for kw in ({"return_eid": True}, {"dedup": True})
+                  for c in (build_csr(src, dst, n, **kw), build_csr_chunked(lambda: iter([(src, dst)]), n, **kw))]:
         if kw.get("dedup"):
             ref = sp.coo_matrix((np.ones(len(src)), (src, dst)), shape=(n, n)).tocsr()  # duplicates summed
             assert np.array_equal(c.indptr, ref.indptr) and np.array_equal(c.indices, ref.indices)
