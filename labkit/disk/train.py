@@ -73,10 +73,16 @@ class SAGE(nn.Module):
         L = len(self.convs)
         for i, conv in enumerate(self.convs):
             n_in, n_out, e = node_hops[L - i], node_hops[L - 1 - i], edge_hops[L - 1 - i]
-            x = conv((x[:n_in], x[:n_out]), layer_adjacency(edge_index, n_in, n_out, e))
+            x = conv((_rows(x, n_in), x[:n_out]), layer_adjacency(edge_index, n_in, n_out, e))
             if i < L - 1:
                 x = F.relu(x)
         return x
+
+
+def _rows(x: torch.Tensor, n: int) -> torch.Tensor:
+    """x[:n], but x itself when n covers it: a slice's backward allocates a zero gradient of x's full
+    size and copies into it, and past the first layer x[:n_in] is always all of x."""
+    return x if n == x.shape[0] else x[:n]
 
 
 def layer_adjacency(edge_index: torch.Tensor, n_in: int, n_out: int, e: int) -> torch.Tensor:
@@ -111,7 +117,7 @@ class GAT(nn.Module):
         L = len(self.convs)
         for i, conv in enumerate(self.convs):
             n_in, n_out, e = node_hops[L - i], node_hops[L - 1 - i], edge_hops[L - 1 - i]
-            x = conv((x[:n_in], x[:n_out]), edge_index[:, :e])
+            x = conv((_rows(x, n_in), x[:n_out]), edge_index[:, :e])
             if i < L - 1:
                 x = F.elu(x)
         return x
