@@ -260,18 +260,19 @@ def _partition(src, dst, drop_self_loops, shift, cur, indices, low, eid, track_e
 
 @njit(parallel=True, nogil=True, cache=True)
 def _scatter_buckets(bstart, bucket_bounds, shift, num_nodes, max_edges, low, indices, eid, track_eid, indptr,
-                     sort, max_deg, ucount):
+                     sort, ucount):
     """Pass 2, bucket by bucket: count the bucket's rows, write their ``indptr``, then move its edges
     into row order inside the bucket's own slice (cache-resident; stable, so rows keep input order).
     With `sort` (never with `track_eid`) each row is then sorted while it is still in cache, and
-    ucount[v] = its distinct ids (if len(ucount))."""
+    ucount[v] = its distinct ids (if len(ucount)). max_edges[t]: the most edges in a bucket of thread t's
+    (its scratch; a row is never longer than its bucket)."""
     nt = len(bucket_bounds) - 1
     span = 1 << shift
     for t in prange(nt):
         cur = np.empty(span + 1, np.int64)
-        sd = np.empty(max_edges, indices.dtype)
-        se = np.empty(max_edges if track_eid else 0, np.int64)
-        bsort = np.empty(max_deg // 4 + 2 if sort else 0, np.int64)
+        sd = np.empty(max_edges[t], indices.dtype)
+        se = np.empty(max_edges[t] if track_eid else 0, np.int64)
+        bsort = np.empty(max_edges[t] // 4 + 2 if sort else 0, np.int64)
         for k in range(bucket_bounds[t], bucket_bounds[t + 1]):
             a = bstart[k]
             e = bstart[k + 1]
@@ -560,12 +561,13 @@ def _bucket_build(src: np.ndarray, dst: np.ndarray, num_nodes: int, drop_self_lo
     indices, eid = bk.dst, bk.pos
     indptr = np.empty(num_nodes + 1, np.int64)
     indptr[0] = 0
-    max_edges = int(np.diff(bk.bstart).max()) if len(bk.bstart) > 1 else 0
-    sort = bool(sort) and not track_eid
-    # A row is never longer than its bucket: the sort's count array is sized by the longest bucket.
+    # Each thread's scratch holds its largest bucket (a hub's bucket needs it on one thread only).
+    sizes = np.diff(bk.bstart)
+    max_edges = np.array([sizes[a:b].max() if b > a else 0 for a, b in zip(bk.bounds[:-1], bk.bounds[1:])],
+                         np.int64)
     ucount = np.empty(0, np.int64) if ucount is None else ucount
     _scatter_buckets(bk.bstart, bk.bounds, bk.shift, num_nodes, max_edges, bk.low, indices, eid, track_eid, indptr,
-                     sort, max_edges if sort else 0, ucount)
+                     bool(sort) and not track_eid, ucount)
     return indptr, indices, eid
 
 

@@ -114,6 +114,20 @@ def test_bucketed_builds_match_a_numpy_reference(edges, monkeypatch, bucket_edge
             assert (c.eid is None) != bool(kw.get("return_eid")) and (c.eid is None or np.array_equal(c.eid, eid)), kw
 
 
+def test_bucketed_build_of_a_star_sorts_the_hub_in_one_threads_scratch():
+    # Nearly every edge leaves node 0: one bucket holds almost all of them; each thread's scratch
+    # is sized by its own largest bucket, so the hub's thread needs the big one.
+    rng = np.random.default_rng(1)
+    n = 200_000
+    src = np.concatenate([np.zeros(300_000, np.int64), rng.integers(1, n, 1000)])
+    dst = rng.integers(0, n, len(src))
+    for kw in ({"dedup": True}, {"sort": True}, {"sort": True, "return_eid": True}):
+        ptr, idx, eid = _reference_csr(src, dst, n, **kw)
+        c = build_csr(src, dst, n, **kw)
+        assert np.array_equal(c.indptr, ptr) and np.array_equal(c.indices, idx), kw
+        assert c.eid is None or np.array_equal(c.eid, eid)
+
+
 def test_bucketed_build_rows_at_the_uint16_boundary():
     # 3 * 2**16 + 5 nodes and few edges: buckets span the most rows a uint16 offset holds (2**16),
     # and edges sit on each bucket's first and last row.
