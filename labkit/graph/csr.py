@@ -204,9 +204,9 @@ def _check_implied(name: str, a: np.ndarray, offset: int, num_nodes: int) -> Non
                          f"hold in memory: that id implies {why} (relabel ids to 0..n-1)")
 
 
-#: Edges per bucket the in-memory builder aims for (see :func:`build_csr`): one bucket's slice of
-#: ``indices`` (256 KiB of int32), its row numbers and its rows' cursors stay in cache while it is
-#: scattered, where a single scatter over all of ``indices`` misses the cache and the TLB per edge.
+#: Edges per bucket the builders aim for (see the module doc): one bucket's slice of ``indices``
+#: (256 KiB of int32), its row numbers and its rows' cursors stay in cache while it is scattered,
+#: where a single scatter over all of ``indices`` misses the cache and the TLB per edge.
 BUCKET_EDGES = 1 << 16
 #: A bucket spans at most 2**16 rows, so an edge's row within its bucket fits in a uint16.
 _MAX_SHIFT = 16
