@@ -9,7 +9,11 @@ g per row per step). Rows may live in a hot-row cache (``slot[r] >= 0``) or in t
 
 Every kernel walks a table's ids in order and prefetches the row :data:`PREFETCH` ids ahead:
 rows are random reads over hundreds of MiB, and without the hint each one is a cache (and often
-TLB) miss the core waits for; with it, several misses are in flight at once. Kernels index the
+TLB) miss the core waits for; with it, several misses are in flight at once. The update also
+prefetches its output-gradient entries :data:`PREFETCH` samples ahead: a table's slice of sample
+b's gradient row is one line per sample, a whole gradient row (``width`` floats) apart, which the
+hardware prefetchers do not follow (at 500 fields, dim 16, batch 2048 the SGD update took 52 ms
+without the hint and 42 ms with it on a 2-core Zen1 VM). Kernels index the
 2-d arrays (``w[r, d]``) and never take a row view (``w[r]``) in a loop: a numba view bumps the
 array's shared reference count, an atomic that the threads would bounce between cores per id.
 """
@@ -75,23 +79,31 @@ def _store_fence(typingctx):
 
 
 @intrinsic
-def _prefetch(typingctx, arr, i):
-    """Hint the CPU to bring row `i` of the 2-d array `arr` into cache (``llvm.prefetch``, no fault)."""
-    if not (isinstance(arr, types.Array) and arr.ndim == 2 and isinstance(i, types.Integer)):
+def _prefetch_at(typingctx, arr, i, j):
+    """Hint the CPU to bring arr[i, j] of the 2-d array `arr` into cache (``llvm.prefetch``: a read, kept in
+    all cache levels, no fault)."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 2 and isinstance(i, types.Integer)
+            and isinstance(j, types.Integer)):
         return None
 
     def codegen(context, builder, sig, args):
         aryty = sig.args[0]
         ary = context.make_array(aryty)(context, builder, args[0])
-        idx = context.cast(builder, args[1], sig.args[1], types.intp)
-        ptr = _item_pointer(context, builder, aryty, ary, idx, context.get_constant(types.intp, 0))
+        ii = context.cast(builder, args[1], sig.args[1], types.intp)
+        jj = context.cast(builder, args[2], sig.args[2], types.intp)
+        ptr = _item_pointer(context, builder, aryty, ary, ii, jj)
         i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
                                             "llvm.prefetch.p0")
-        # read, keep in all cache levels, data cache
         builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
         return context.get_dummy_value()
-    return types.void(arr, i), codegen
+    return types.void(arr, i, j), codegen
+
+
+@njit(inline="always")
+def _prefetch(arr, i):
+    """Hint the CPU to bring row `i` of the 2-d array `arr` into cache."""
+    _prefetch_at(arr, i, 0)
 
 
 @njit(inline="always")
@@ -268,6 +280,7 @@ def fused_backward_update(weights, dim, state, slot, cache_w, cache_s, use_cache
                         for b in range(b0, b1):
                             if b + PREFETCH < b1:
                                 _prefetch_row(weights, slot, cache_w, use_cache, base + values[o + b + PREFETCH])
+                                _prefetch_at(grad, b + PREFETCH, c0)
                             r = base + values[o + b]
                             if use_cache and slot[r] >= 0:
                                 _row_op(cache_w, slot[r], 0, grad, b, c0, dim, -lr, True)
@@ -276,6 +289,8 @@ def fused_backward_update(weights, dim, state, slot, cache_w, cache_s, use_cache
                         continue
                     j_end = offsets[o + b1]
                     for b in range(b0, b1):
+                        if b + PREFETCH < b1:
+                            _prefetch_at(grad, b + PREFETCH, c0)
                         s = offsets[o + b]
                         e = offsets[o + b + 1]
                         sc = lr
@@ -305,6 +320,8 @@ def fused_backward_update(weights, dim, state, slot, cache_w, cache_s, use_cache
             o = f * batch
             nu = 0
             for b in range(batch):
+                if b + PREFETCH < batch:
+                    _prefetch_at(grad, b + PREFETCH, c0)
                 s = offsets[o + b]
                 e = offsets[o + b + 1]
                 sc = np.float32(1.0)
