@@ -59,6 +59,24 @@ def test_fused_update_matches_torch_optimizer(optimizer):
         np.testing.assert_allclose(packed.table_weights(i), base.table_weights(i), atol=2e-5)
 
 
+@pytest.mark.parametrize("hotness", [(1,), (1, 3)])
+def test_a_batch_longer_than_a_tile_matches_per_field(hotness):
+    # The kernels walk the batch in tiles of TILE samples: a batch of more than one tile (and a
+    # partial last tile) must give the per-field stage's outputs and SGD updates.
+    from labkit.recsys.kernels import TILE
+    _, tables, gen = _setup(n_fields=3, hotness=hotness)
+    base = PerFieldEmbeddings(tables, optimizer="sgd", lr=0.1)
+    packed = PackedEmbeddings(tables, optimizer="sgd", lr=0.1)
+    n = TILE + 37
+    b = gen.batch(n, 0)
+    assert torch.allclose(base.lookup(b), packed.lookup(b), atol=1e-6)
+    grad = torch.randn(n, base.width, generator=torch.Generator().manual_seed(0))
+    base.apply(b, base.lookup(b), grad)
+    packed.apply(b, None, grad)
+    for i in range(len(tables)):
+        np.testing.assert_allclose(packed.table_weights(i), base.table_weights(i), atol=2e-5)
+
+
 def test_cached_stage_reads_and_updates_through_the_cache(tmp_path):
     from labkit.recsys.cache import CachePlan, SlowTier
     _, tables, gen = _setup()
