@@ -76,7 +76,7 @@ def _data_folder(root: Path) -> tuple[str, str, str]:
     import tempfile
 
     from labkit.core.atomic import probe_writable
-    from labkit.core.directio import filesystem_type, probe_direct
+    from labkit.core.directio import PAGE, DirectFile, filesystem_type, probe_direct
     where = root
     while not where.exists() and where != where.parent:  # the folder `labkit data make` will create
         where = where.parent
@@ -87,6 +87,10 @@ def _data_folder(root: Path) -> tuple[str, str, str]:
             fh.flush()
             os.fsync(fh.fileno())
             direct = probe_direct(fh.name)
+            engine = ""
+            if direct:  # which engine CaliEX's reads get: io_uring, or threads where the kernel refuses it
+                with DirectFile(fh.name, staging_bytes=PAGE, max_request=PAGE, sweep_request=PAGE) as f:
+                    engine = f.engine
     except OSError as exc:
         return ("data", "fail", f"cannot write under {where} ({exc.strerror or exc}), where datasets go "
                 f"({root}); set LABKIT_DATA to a writable folder")
@@ -94,7 +98,7 @@ def _data_folder(root: Path) -> tuple[str, str, str]:
     if not direct:
         return ("data", "warn", f"{root}: {fs} refuses O_DIRECT or keeps files in RAM, so CaliEX's disk "
                 "reads would not bypass the page cache; set LABKIT_DATA to a folder on a disk")
-    return ("data", "ok", f"{root}: writable, O_DIRECT reads work ({fs})")
+    return ("data", "ok", f"{root}: writable, O_DIRECT reads work ({fs}), issued through {engine}")
 
 
 def run_doctor() -> int:

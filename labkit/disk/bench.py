@@ -230,6 +230,7 @@ def bench(b: Bench) -> None:
         b.record("disk.caliex.split_topology", systems["caliex"].split)
         b.record("disk.budget_mib", systems["caliex"].budget.total / 2**20)
         b.record("disk.indices_mib", systems["caliex"].topology.file.size / 2**20)
+        engine = systems["caliex"].topology.file.engine
         ci = systems["caliex"].info
         b.record("disk.caliex.cache_mib", ci["cache_bytes"] / 2**20)
         grp = systems["caliex"].group
@@ -303,11 +304,11 @@ def bench(b: Bench) -> None:
 
     ub = b.results["disk.upper_bound_speedup_naive"]
     fd, td = pre.profile.feature_disk, pre.profile.topology_disk
-    disk = (f"the disk, calibrated on the pre-sampled reads, does {1 / fd.seconds_per_request:,.0f} random "
-            f"requests/s and {td.bytes_per_second / 1e9:.2f} GB/s sequential")
+    disk = (f"the disk, read through {engine} and calibrated on the pre-sampled reads, does "
+            f"{1 / fd.seconds_per_request:,.0f} random requests/s and {td.bytes_per_second / 1e9:.2f} GB/s sequential")
     r = b.results
     load = (f"1-min load average {load0:.1f} at the start, {r['disk.loadavg_1min_end']:.1f} at the end "
-            "(I/O threads waiting on the disk count too)")
+            "(tasks waiting on the disk count too)")
 
     def floor(model: str) -> str:
         g = f"disk.{model}.caliex"

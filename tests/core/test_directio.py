@@ -44,14 +44,30 @@ def _open(path, **kw):
                       sweep_request=8 * PAGE, **kw)
 
 
+def _ring_available(path) -> bool:
+    with _open(path) as f:
+        return f.engine == "io_uring"
+
+
+#: Both engines of the direct path; io_uring is skipped where the kernel refuses it.
+ENGINE_PARAMS = [pytest.param("io_uring", id="io_uring"), pytest.param("threads", id="threads")]
+
+
+def _need(engine, path):
+    if engine == "io_uring" and not _ring_available(path):
+        pytest.skip("io_uring is refused here (or data/ has no O_DIRECT)")
+
+
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, SIZE - 1), st.integers(0, 3 * PAGE)), min_size=0, max_size=40),
        st.sampled_from([0, 1, 3, SWEEP]), st.sampled_from([1, 4]))
-def test_extents_match_memory(blob, ext, gap, qd):
+def test_extents_match_memory(blob, engine, ext, gap, qd):
     path, data = blob
+    _need(engine, path)
     starts = np.array([s for s, _ in ext], np.int64)
     lengths = np.array([min(n, SIZE - s) for s, n in ext], np.int64)
-    with _open(path, queue_depth=qd) as f:
+    with _open(path, queue_depth=qd, engine=engine) as f:
         got = f.read_extents(starts, lengths, gap_pages=gap)
         want = np.concatenate([data[s:s + n] for s, n in zip(starts, lengths)] or [np.zeros(0, np.uint8)])
         assert np.array_equal(got, want)
@@ -156,13 +172,15 @@ def test_long_extent_is_split(blob):
         assert np.array_equal(got, np.concatenate([data[5:8], data[100:100 + 20 * PAGE]]))
 
 
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
 @pytest.mark.parametrize("qd", [1, 4])
-def test_file_truncated_under_a_reader_is_a_clear_error(blob, qd):
+def test_file_truncated_under_a_reader_is_a_clear_error(blob, qd, engine):
     path, data = blob
+    _need(engine, path)
     copy = path + ".trunc"
     data.tofile(copy)
     try:
-        with _open(copy, queue_depth=qd) as f:
+        with _open(copy, queue_depth=qd, engine=engine) as f:
             os.truncate(copy, SIZE // 2)  # shrinks after open: reads past the new end come back short
             with pytest.raises(OSError, match="short read"):
                 f.read_extents(np.arange(0, SIZE - PAGE, 2 * PAGE, dtype=np.int64), np.full(32, 100, np.int64))
@@ -277,7 +295,7 @@ def test_failed_streamed_read_stops_its_threads_first(blob, monkeypatch, exc):
         lag.run(lambda: out.fill(7))  # a slow sibling: lands late, then copies into the output
         return -1
 
-    with _open(path, queue_depth=4) as f:
+    with _open(path, queue_depth=4, engine="threads") as f:
         f.direct = True  # the streamed path, whatever the disk here supports (the fd is not used)
         monkeypatch.setattr(directio, "_pread_copy", pread_copy)
         _assert_nothing_writes_after(f, lag, exc, np.zeros(400, np.uint8))
@@ -328,7 +346,7 @@ def test_close_waits_for_a_read_in_progress(blob, monkeypatch):
         events.append("read done")
         return -1
 
-    f = _open(path, queue_depth=1)  # one request: the read runs on the caller's thread, not the pool's
+    f = _open(path, queue_depth=1, engine="threads")  # one request: the read runs on the caller's thread, not the pool's
     f.direct = True
     monkeypatch.setattr(directio, "_pread_copy", pread_copy)
 
@@ -349,7 +367,7 @@ def test_close_waits_for_a_read_in_progress(blob, monkeypatch):
 
 def test_close_inside_a_read_is_refused(blob, monkeypatch):
     path, data = blob
-    f = _open(path, queue_depth=1)
+    f = _open(path, queue_depth=1, engine="threads")
     f.direct = True
 
     def pread_copy(*args):
@@ -425,3 +443,76 @@ def test_finalizing_never_waits_for_a_lock_held_elsewhere(blob, monkeypatch, how
     assert np.array_equal(f.read_extents(np.array([5]), np.array([10])), data[5:15])
     f.close()
     assert f._fd < 0
+
+
+# -- the io_uring engine ------------------------------------------------------------------------
+
+_ROWS = np.arange(0, SIZE // 512, 5, dtype=np.int64)  # 512-byte rows over every page
+
+
+def test_ring_requests_that_fail_are_read_again(blob, monkeypatch):
+    """Completions with an error (here EBADF: the requests name a file descriptor that is not open)
+    mark their runs bad; each is read again with pread, so the caller still gets every byte."""
+    path, data = blob
+    _need("io_uring", path)
+    real = directio._Ring.read
+
+    def bad_fd(self, fd, *a):
+        return real(self, 1 << 20, *a)
+    with _open(path, queue_depth=4, engine="io_uring") as f:
+        monkeypatch.setattr(directio._Ring, "read", bad_fd)
+        got = f.read_rows(_ROWS, 512)
+        assert np.array_equal(got, data.reshape(-1, 512)[_ROWS])
+        assert f.engine == "io_uring"  # a failed request is not a failed ring
+
+
+def test_a_ring_that_keeps_failing_hands_over_to_the_threads(blob):
+    """io_uring_enter failing every time (the ring's fd is not open): the read gives the ring up after
+    its retries, with nothing in flight, reads every run with pread and uses the threads from then on."""
+    path, data = blob
+    _need("io_uring", path)
+    with _open(path, queue_depth=4, engine="io_uring") as f:
+        ring = f._ring
+        real_fd, ring.fd = ring.fd, os.open(os.devnull, os.O_RDONLY)  # not a ring: every enter fails
+        try:
+            got = f.read_rows(_ROWS, 512)
+        finally:
+            os.close(real_fd)
+        assert np.array_equal(got, data.reshape(-1, 512)[_ROWS])
+        assert f.engine == "threads" and f._ring is None
+        assert np.array_equal(f.read_rows(_ROWS[::-1], 512), data.reshape(-1, 512)[_ROWS[::-1]])
+
+
+def test_engine_choice_and_refusal(blob, monkeypatch):
+    path, _ = blob
+    if not probe_direct(path):
+        pytest.skip("data/ is not on an O_DIRECT filesystem here")
+    with pytest.raises(ValueError, match="engine='uring' is not accepted"):
+        DirectFile(path, engine="uring")
+
+    def refused(self, entries, staging):
+        self.fd = -1
+        raise OSError(1, "io_uring_setup: Operation not permitted")
+    monkeypatch.setattr(directio._Ring, "__init__", refused)
+    with DirectFile(path) as f:  # auto: the threads, said so
+        assert f.engine == "threads"
+    with pytest.raises(directio.LabkitError, match="engine='io_uring' is not available here"):
+        DirectFile(path, engine="io_uring")
+    monkeypatch.undo()
+    monkeypatch.setenv("LABKIT_IO_ENGINE", "threads")
+    with DirectFile(path) as f:
+        assert f.engine == "threads"
+    monkeypatch.setenv("LABKIT_IO_ENGINE", "fast")
+    with pytest.raises(ValueError, match="LABKIT_IO_ENGINE='fast' is not accepted"):
+        DirectFile(path)
+
+
+def test_ring_closes_with_the_file(blob):
+    path, _ = blob
+    _need("io_uring", path)
+    n0 = len(os.listdir("/proc/self/fd"))
+    f = _open(path, engine="io_uring")
+    assert len(os.listdir("/proc/self/fd")) > n0 + 1  # the file, its ring (and the ring maps' duplicates)
+    f.read_rows(_ROWS, 512)
+    f.close()
+    assert len(os.listdir("/proc/self/fd")) == n0
