@@ -44,7 +44,8 @@ threads (a pinned buffer and a wake-up per request), at the same or a higher req
 PyPI bindings were tried first and none fits: ``liburing`` (2026.3.30) dies with SIGILL on CPUs
 without AVX-512 (its wheel's ``Ring()`` runs ``vmovups %zmm0``), and ``uring-api`` (0.1.0rc5)
 prepares and completes every request in Python, under the GIL. Where io_uring is refused
-(``kernel.io_uring_disabled``, a seccomp filter, an old kernel) ``engine="auto"`` uses the
+(``kernel.io_uring_disabled``, a seccomp filter, an old kernel), or a test read of the file's
+first page through the ring at open does not come back whole, ``engine="auto"`` uses the
 threads; ``DirectFile.engine`` says which one runs, and ``LABKIT_IO_ENGINE=threads`` (or
 ``io_uring``) picks one for a whole process, for side-by-side runs.
 """
@@ -542,12 +543,31 @@ class DirectFile:
     def _open_ring(self, required: bool) -> "_Ring | None":
         """An io_uring ring for this file's reads, or None where the kernel refuses one (unless required)."""
         try:
-            return _Ring(max(2, 1 << (self.queue_depth - 1).bit_length()), self._staging)
+            ring = _Ring(max(2, 1 << (self.queue_depth - 1).bit_length()), self._staging)
+            try:
+                self._probe_ring(ring)
+            except BaseException:
+                ring.close()
+                raise
+            return ring
         except OSError as e:
             if required:
                 raise LabkitError(f"engine='io_uring' is not available here ({e.strerror or e}); "
                                   "expected engine='auto' or 'threads'") from None
             return None
+
+    def _probe_ring(self, ring: "_Ring") -> None:
+        """Read the file's first page through `ring` (compiling the loop now, not in a timed read);
+        raise OSError if it does not come back whole, as on a filesystem io_uring cannot read."""
+        if self.size == 0:
+            return
+        none = np.zeros(0, np.int64)
+        bad = np.zeros(1, np.uint8)
+        ok = ring.read(self._fd, self._staging.ctypes.data, PAGE, 1, np.zeros(1, np.int64),
+                       np.full(1, PAGE, np.int64), np.full(1, min(PAGE, self.size), np.int64), bad,
+                       self._staging, np.zeros(2, np.int64), none, none, none, none, np.zeros(0, np.uint8))
+        if ok < 0 or bad[0]:
+            raise OSError(errno.EIO, "a test read through the ring failed")
 
     # -- reads --------------------------------------------------------------------------------
     def read_extents(self, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray | None = None,

@@ -516,3 +516,22 @@ def test_ring_closes_with_the_file(blob):
     f.read_rows(_ROWS, 512)
     f.close()
     assert len(os.listdir("/proc/self/fd")) == n0
+
+
+def test_a_ring_that_cannot_read_the_file_is_not_used(blob, monkeypatch):
+    """The test read at open fails (as on a filesystem io_uring cannot read): auto takes the threads
+    and closes the ring; io_uring asked for by name is refused."""
+    path, data = blob
+    _need("io_uring", path)
+
+    def fails(self, ring):
+        raise OSError(5, "a test read through the ring failed")
+    monkeypatch.setattr(DirectFile, "_probe_ring", fails)
+    n0 = len(os.listdir("/proc/self/fd"))
+    with DirectFile(path) as f:
+        assert f.engine == "threads" and f._ring is None
+        assert len(os.listdir("/proc/self/fd")) == n0 + 1  # the file only: the ring was closed
+        assert np.array_equal(f.read_rows(_ROWS, 512), data.reshape(-1, 512)[_ROWS])
+    with pytest.raises(directio.LabkitError, match="engine='io_uring' is not available here"):
+        DirectFile(path, engine="io_uring")
+    assert len(os.listdir("/proc/self/fd")) == n0
