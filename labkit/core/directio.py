@@ -70,7 +70,7 @@ import numpy as np
 from labkit.core.arrays import unique
 from labkit.core.errors import LabkitError, bad_value, check_choice, check_range
 from labkit.core.machine import mounts
-from labkit.core.memory import MemoryBudget, Reservation
+from labkit.core.memory import BudgetExceeded, MemoryBudget, Reservation
 
 PAGE = 4096
 #: A gap this large means "read everything between the first and the last needed page".
@@ -305,6 +305,7 @@ class _Ring:
     def __init__(self, entries: int, staging: np.ndarray) -> None:
         self.fd = -1
         self.pid = os.getpid()
+        self.res: Reservation | None = None  # the budget's share for the mapped rings, set by the owner
         if _syscall is None or _uring_stream is None:
             raise OSError(errno.ENOSYS, "no libc syscall() to reach io_uring")
         params = np.zeros(120, np.uint8)  # struct io_uring_params
@@ -328,6 +329,7 @@ class _Ring:
             self.sq_at = (so[0] // 4, so[1] // 4, int(self.sq[so[2] // 4]), so[6] // 4)
             self.cq_at = (co[0] // 4, co[1] // 4, int(self.cq[co[2] // 4]), co[5] // 4)
             self.entries = sq_entries
+            self.nbytes = sum(-(-len(m) // PAGE) * PAGE for m in self._maps)  # whole pages mapped
             iov = np.array([staging.ctypes.data, staging.size], np.uint64)  # struct iovec
             # A registered buffer is pinned once; refused (RLIMIT_MEMLOCK), plain reads pin per request.
             self.fixed = _syscall(_SYS_REGISTER, fd, _REGISTER_BUFFERS, iov.ctypes.data, 1, 0, 0) == 0
@@ -355,6 +357,9 @@ class _Ring:
                 pass
         if fd >= 0:
             os.close(fd)
+        res, self.res = self.res, None
+        if res is not None:
+            res.release()
 
 
 @numba.njit(cache=True, nogil=True)
@@ -533,19 +538,28 @@ class DirectFile:
             self._mm, self._staging = _aligned(staging_bytes)
             self._pool = ThreadPoolExecutor(self.queue_depth, thread_name_prefix="directio")
             if self.direct and engine != "threads":
-                self._ring = self._open_ring(engine == "io_uring")
+                self._ring = self._open_ring(engine == "io_uring", budget, owner)
         except BaseException:
             self._release(wait=True)
             raise
         #: Which engine issues the reads: "io_uring", "threads", or "page cache" (the fallback).
         self.engine = "page cache" if not self.direct else "io_uring" if self._ring else "threads"
 
-    def _open_ring(self, required: bool) -> "_Ring | None":
-        """An io_uring ring for this file's reads, or None where the kernel refuses one (unless required)."""
+    def _open_ring(self, required: bool, budget: MemoryBudget | None, owner: str) -> "_Ring | None":
+        """An io_uring ring for this file's reads, or None where the kernel refuses one (unless required).
+
+        The ring's mapped pages are reserved from `budget` beside the staging buffer; a budget
+        too small for them gets the threads (or, required, the budget's error)."""
         try:
             ring = _Ring(max(2, 1 << (self.queue_depth - 1).bit_length()), self._staging)
             try:
                 self._probe_ring(ring)
+                ring.res = budget.reserve(f"{owner} io_uring ring", ring.nbytes) if budget else None
+            except BudgetExceeded:
+                ring.close()
+                if required:
+                    raise
+                return None
             except BaseException:
                 ring.close()
                 raise

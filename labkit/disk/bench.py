@@ -372,7 +372,7 @@ def bench(b: Bench) -> None:
                "the tuner's prediction misses the best measured split by the gap shown (its model prices "
                "I/O and training per stage; run-to-run noise on this shared machine is of the same order).")
     b.note("Budget = 15% of the dataset's bytes (ci: 200%, its batches touch a third of the graph); it "
-           "holds indptr, both caches, staging buffers and the pipeline's in-flight batches (for CaliEX one "
+           "holds indptr, both caches, staging buffers (and the io_uring rings reading into them) and the pipeline's in-flight batches (for CaliEX one "
            "sampling group of mini-batches per sampler thread and one gathered batch's disk rows). Outside it: "
            f"the model with its Adam state ({rss['model'] / 2**20:.1f} MiB) and the mini-batch being "
            f"trained with its activations; in a fresh process CaliEX's peak RSS while training grew "

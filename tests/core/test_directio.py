@@ -127,8 +127,9 @@ def test_tmpfs_refused_or_stated(tmp_path):
 def test_staging_is_charged_to_budget(blob):
     path, _ = blob
     b = MemoryBudget(20 * PAGE)
-    with _open(path, budget=b):
-        assert b.used == 16 * PAGE
+    with _open(path, budget=b) as f:
+        ring = f._ring.nbytes if f._ring else 0  # an io_uring ring's pages are charged beside it
+        assert b.used == 16 * PAGE + ring
         with pytest.raises(BudgetExceeded):
             _open(path, budget=b)
     assert b.used == 0
@@ -200,13 +201,13 @@ def _open_fds():
 def test_refused_reservation_opens_no_fd(blob):
     path, _ = blob
     b = MemoryBudget(20 * PAGE)
-    with _open(path, budget=b):
+    with _open(path, budget=b) as f:
         n0 = _open_fds()
         for _ in range(5):
             with pytest.raises(BudgetExceeded):
                 _open(path, budget=b)
         assert _open_fds() == n0  # was one leaked fd per refused call
-        assert b.used == 16 * PAGE
+        assert b.used == 16 * PAGE + (f._ring.nbytes if f._ring else 0)
     assert b.used == 0
 
 
@@ -535,3 +536,23 @@ def test_a_ring_that_cannot_read_the_file_is_not_used(blob, monkeypatch):
     with pytest.raises(directio.LabkitError, match="engine='io_uring' is not available here"):
         DirectFile(path, engine="io_uring")
     assert len(os.listdir("/proc/self/fd")) == n0
+
+
+def test_ring_pages_are_charged_to_the_budget(blob):
+    """The ring's mapped pages are reserved beside the staging buffer; a budget with room for the
+    staging but not the ring gets the threads (auto) or the budget's error (io_uring by name)."""
+    path, _ = blob
+    _need("io_uring", path)
+    b = MemoryBudget(64 * PAGE)
+    with _open(path, budget=b, owner="s") as f:
+        owners = b.report()["owners"]
+        assert f.engine == "io_uring" and owners["s"] == 16 * PAGE
+        assert owners["s io_uring ring"] == f._ring.nbytes and f._ring.nbytes % PAGE == 0 and f._ring.nbytes > 0
+        assert b.used == sum(owners.values())
+    assert b.used == 0
+    tight = MemoryBudget(16 * PAGE + 1)
+    with _open(path, budget=tight, owner="s") as f:
+        assert f.engine == "threads" and tight.report()["owners"] == {"s": 16 * PAGE}
+    with pytest.raises(BudgetExceeded, match="io_uring ring"):
+        _open(path, budget=tight, owner="s", engine="io_uring")
+    assert tight.used == 0
