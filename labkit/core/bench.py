@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from labkit.core.errors import bad_value, check_choice, check_range
-from labkit.core.machine import machine_info, release_free_memory, reset_peak_rss, rss_bytes
+from labkit.core.machine import (cpu_ticks, machine_info, release_free_memory, reset_peak_rss, rss_bytes,
+                                 steal_share)
 from labkit.core.profiles import check_profile
 from labkit.core.progress import progress_bar
 
@@ -225,7 +226,10 @@ class BenchReport:
         head = (f"### {self.title or self.system} (`labkit bench {self.system} --profile {self.profile}`)\n\n"
                 f"Run {self.started}, {self.seconds:.0f} s, on {m.get('cpu')} ("
                 f"{m['cpu_detail'] + '; ' if m.get('cpu_detail') else ''}{m.get('cores')} cores, "
-                f"{(m.get('memory') or 0) / 2**30:.0f} GiB, GPU: {m.get('gpu') or 'none'}).\n")
+                f"{(m.get('memory') or 0) / 2**30:.0f} GiB, GPU: {m.get('gpu') or 'none'})"
+                + ("" if m.get("cpu_steal") is None else
+                   f"; the hypervisor stole {100 * m['cpu_steal']:.1f}% of the machine's CPU time during the run")
+                + ".\n")
         parts = [head, "**Claims**\n", claims_markdown(self.claims)]
         if self.results:
             parts += ["\n**Results**\n", self.results_markdown()]
@@ -279,6 +283,7 @@ class Bench:
         self.out = out if out is not None else sys.stderr
         self._t0 = time.perf_counter()
         self._started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+        self._ticks0 = cpu_ticks()
 
     def log(self, msg: str) -> None:
         """Print a progress line (to stderr by default) when progress is on."""
@@ -381,7 +386,8 @@ class Bench:
         self.notes.append(text)
 
     def report(self) -> BenchReport:
-        return BenchReport(self.system, self.profile, machine_info(), dict(self.results),
+        machine = dict(machine_info(), cpu_steal=steal_share(self._ticks0))
+        return BenchReport(self.system, self.profile, machine, dict(self.results),
                            list(self.claims.values()), list(self.comparisons), self._started,
                            time.perf_counter() - self._t0, list(self.notes), self.title, os.getpid())
 

@@ -179,6 +179,31 @@ def chromium_path() -> str | None:
     return None
 
 
+def cpu_ticks() -> tuple[int, int] | None:
+    """Return (steal, total) CPU ticks of the whole machine so far (/proc/stat), or None where unknown.
+
+    Steal is time the hypervisor gave this VM's virtual CPUs to someone else: a bench run under
+    heavy steal is slower across the board, so reports state the share during the run.
+    """
+    try:
+        with open("/proc/stat") as fh:
+            first = fh.readline().split()
+    except OSError:
+        return None
+    if not first or first[0] != "cpu" or len(first) < 9:
+        return None
+    v = [int(x) for x in first[1:9]]  # user nice system idle iowait irq softirq steal (guest is in user)
+    return v[7], sum(v)
+
+
+def steal_share(start: tuple[int, int] | None, end: tuple[int, int] | None = None) -> float | None:
+    """Share of the machine's CPU time stolen by the hypervisor between two :func:`cpu_ticks` readings."""
+    end = cpu_ticks() if end is None else end
+    if start is None or end is None or end[1] <= start[1]:
+        return None
+    return (end[0] - start[0]) / (end[1] - start[1])
+
+
 def machine_info() -> dict:
     """Return the machine block of a bench JSON: cpu, cpu_detail, cores, memory, gpu."""
     gpu = gpu_info()

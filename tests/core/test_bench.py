@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from labkit.core.bench import Bench, Claim, claims_markdown, update_benchmarks_md, write_json
+from labkit.core.bench import Bench, BenchReport, Claim, claims_markdown, update_benchmarks_md, write_json
 
 
 def test_compare_interleaves_and_ratios(monkeypatch):
@@ -376,3 +376,18 @@ def test_a_long_comparison_shows_a_progress_bar_over_its_calls_and_a_quick_one_d
     quiet = io.StringIO()
     Bench("toy", "ci", out=quiet, progress=False).compare("slow", {"a": lambda: None}, repeats=2)
     assert quiet.getvalue() == ""
+
+
+def test_steal_share_from_proc_stat_readings_and_in_the_report_header():
+    from labkit.core.machine import cpu_ticks, steal_share
+    assert steal_share((10, 1000), (60, 2000)) == pytest.approx(0.05)
+    assert steal_share(None, (1, 2)) is None and steal_share((5, 100), (5, 100)) is None
+    b = Bench("demo", "ci")
+    b.record("x", 1.0)
+    r = b.report()
+    if cpu_ticks() is None:
+        assert r.machine["cpu_steal"] is None and "stole" not in r.to_markdown()
+    else:
+        assert 0.0 <= r.machine["cpu_steal"] <= 1.0
+        assert f"the hypervisor stole {100 * r.machine['cpu_steal']:.1f}% of the machine's CPU time" in r.to_markdown()
+    assert BenchReport.from_json(r.to_json()).machine["cpu_steal"] == r.machine["cpu_steal"]
