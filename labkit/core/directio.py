@@ -154,19 +154,17 @@ def _plan(starts, lengths, order, page, gap_pages, max_run_pages):
     return run_page[:nr + 1], run_pages[:nr + 1], ext_run, ext_off
 
 
-def _libc_pread():
-    """libc's pread(fd, buf, count, offset) as a ctypes function numba can call, or None."""
+def _libc_fn(name: str, restype, argtypes):
+    """libc's function `name` as a ctypes function numba can call, or None (non-glibc platforms)."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        f = libc.pread
+        f = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):  # pragma: no cover - non-glibc platforms
         return None
-    f.restype = ctypes.c_ssize_t
-    f.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64]
+    f.restype, f.argtypes = restype, argtypes
     return f
 
 
-_pread = _libc_pread()
+_pread = _libc_fn("pread", ctypes.c_ssize_t, [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64])
 
 if _pread is not None:
     @numba.njit(nogil=True)
@@ -193,15 +191,6 @@ _ENTER_GETEVENTS = 1
 _REGISTER_BUFFERS = 0
 #: io_uring_enter failures in a row (EINTR, EAGAIN, ...) after which a read stops using the ring.
 _ENTER_RETRIES = 1000
-
-
-def _libc_fn(name: str, restype, argtypes):
-    try:
-        f = getattr(ctypes.CDLL(None, use_errno=True), name)
-    except (OSError, AttributeError):  # pragma: no cover - non-glibc platforms
-        return None
-    f.restype, f.argtypes = restype, argtypes
-    return f
 
 
 _syscall = _libc_fn("syscall", ctypes.c_long, [ctypes.c_long] * 7)
