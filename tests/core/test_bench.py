@@ -378,16 +378,28 @@ def test_a_long_comparison_shows_a_progress_bar_over_its_calls_and_a_quick_one_d
     assert quiet.getvalue() == ""
 
 
-def test_steal_share_from_proc_stat_readings_and_in_the_report_header():
+def test_steal_share_from_proc_stat_readings_and_in_the_report_header(monkeypatch):
+    import labkit.core.bench as bench_mod
+    import labkit.core.machine as machine_mod
     from labkit.core.machine import cpu_ticks, steal_share
     assert steal_share((10, 1000), (60, 2000)) == pytest.approx(0.05)
     assert steal_share(None, (1, 2)) is None and steal_share((5, 100), (5, 100)) is None
+    now = cpu_ticks()  # the real reading: (steal, total) ints, or None where /proc/stat is unreadable
+    assert now is None or (isinstance(now[0], int) and 0 <= now[0] <= now[1])
+    # a run whose readings are 20 steal ticks out of 400
+    readings = iter([(100, 1000), (120, 1400)])
+    monkeypatch.setattr(bench_mod, "cpu_ticks", lambda: next(readings))
+    monkeypatch.setattr(machine_mod, "cpu_ticks", lambda: next(readings))
     b = Bench("demo", "ci")
     b.record("x", 1.0)
     r = b.report()
-    if cpu_ticks() is None:
-        assert r.machine["cpu_steal"] is None and "stole" not in r.to_markdown()
-    else:
-        assert 0.0 <= r.machine["cpu_steal"] <= 1.0
-        assert f"the hypervisor stole {100 * r.machine['cpu_steal']:.1f}% of the machine's CPU time" in r.to_markdown()
+    assert r.machine["cpu_steal"] == pytest.approx(0.05)
+    assert "the hypervisor stole 5.0% of the machine's CPU time during the run" in r.to_markdown()
     assert BenchReport.from_json(r.to_json()).machine["cpu_steal"] == r.machine["cpu_steal"]
+    # a run too short for a tick to pass, or a machine without /proc/stat: no clause
+    for pair in ([(5, 100), (5, 100)], [None, None]):
+        readings = iter(pair)
+        b = Bench("demo", "ci")
+        b.record("x", 1.0)
+        r = b.report()
+        assert r.machine["cpu_steal"] is None and "stole" not in r.to_markdown()
