@@ -23,8 +23,9 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
-from numba.core import cgutils
 from numba.extending import intrinsic
+
+from labkit.core.intrinsics import item_pointer, prefetch2
 
 SGD, ADAGRAD, ROWWISE_ADAGRAD, GRAD = 0, 1, 2, 3
 #: Samples per tile. Kernels walk tile by tile, and within a tile table by table, instead of every
@@ -37,13 +38,6 @@ TILE = 8192
 #: How many ids ahead a kernel prefetches the row it will read (measured best of 4..32 here).
 PREFETCH = 16
 OPTIMIZERS = {"sgd": SGD, "adagrad": ADAGRAD, "rowwise_adagrad": ROWWISE_ADAGRAD}
-
-
-def _item_pointer(context, builder, aryty, ary, i, j):
-    """Pointer to ary[i, j] of a 2-d array (no bounds check; the kernels keep indices in range)."""
-    return cgutils.get_item_pointer2(context, builder, data=ary.data, shape=cgutils.unpack_tuple(builder, ary.shape),
-                                     strides=cgutils.unpack_tuple(builder, ary.strides), layout=aryty.layout,
-                                     inds=[i, j], wraparound=False, boundscheck=False)
 
 
 def _is_f32_matrix(a) -> bool:
@@ -65,8 +59,8 @@ def _stream16(typingctx, dst, i, j, src, k, k0):
         s = context.make_array(sty)(context, builder, args[3])
         i_, j_, k_, k0_ = (context.cast(builder, args[n], sig.args[n], types.intp) for n in (1, 2, 4, 5))
         vec = ir.VectorType(ir.FloatType(), 16)
-        v = builder.load(builder.bitcast(_item_pointer(context, builder, sty, s, k_, k0_), vec.as_pointer()), align=4)
-        st = builder.store(v, builder.bitcast(_item_pointer(context, builder, dty, d, i_, j_), vec.as_pointer()),
+        v = builder.load(builder.bitcast(item_pointer(context, builder, sty, s, [k_, k0_]), vec.as_pointer()), align=4)
+        st = builder.store(v, builder.bitcast(item_pointer(context, builder, dty, d, [i_, j_]), vec.as_pointer()),
                            align=64)
         st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
         return context.get_dummy_value()
@@ -82,32 +76,10 @@ def _store_fence(typingctx):
     return types.void(), codegen
 
 
-@intrinsic
-def _prefetch_at(typingctx, arr, i, j):
-    """Hint the CPU to bring arr[i, j] of the 2-d array `arr` into cache (``llvm.prefetch``: a read, kept in
-    all cache levels, no fault)."""
-    if not (isinstance(arr, types.Array) and arr.ndim == 2 and isinstance(i, types.Integer)
-            and isinstance(j, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        aryty = sig.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        ii = context.cast(builder, args[1], sig.args[1], types.intp)
-        jj = context.cast(builder, args[2], sig.args[2], types.intp)
-        ptr = _item_pointer(context, builder, aryty, ary, ii, jj)
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-                                            "llvm.prefetch.p0")
-        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-    return types.void(arr, i, j), codegen
-
-
 @njit(inline="always")
 def _prefetch(arr, i):
     """Hint the CPU to bring row `i` of the 2-d array `arr` into cache."""
-    _prefetch_at(arr, i, 0)
+    prefetch2(arr, i, 0)
 
 
 @njit(inline="always")
@@ -284,7 +256,7 @@ def fused_backward_update(weights, dim, state, slot, cache_w, cache_s, use_cache
                         for b in range(b0, b1):
                             if b + PREFETCH < b1:
                                 _prefetch_row(weights, slot, cache_w, use_cache, base + values[o + b + PREFETCH])
-                                _prefetch_at(grad, b + PREFETCH, c0)
+                                prefetch2(grad, b + PREFETCH, c0)
                             r = base + values[o + b]
                             if use_cache and slot[r] >= 0:
                                 _row_op(cache_w, slot[r], 0, grad, b, c0, dim, -lr, True)
@@ -294,7 +266,7 @@ def fused_backward_update(weights, dim, state, slot, cache_w, cache_s, use_cache
                     j_end = offsets[o + b1]
                     for b in range(b0, b1):
                         if b + PREFETCH < b1:
-                            _prefetch_at(grad, b + PREFETCH, c0)
+                            prefetch2(grad, b + PREFETCH, c0)
                         s = offsets[o + b]
                         e = offsets[o + b + 1]
                         sc = lr
@@ -325,7 +297,7 @@ def fused_backward_update(weights, dim, state, slot, cache_w, cache_s, use_cache
             nu = 0
             for b in range(batch):
                 if b + PREFETCH < batch:
-                    _prefetch_at(grad, b + PREFETCH, c0)
+                    prefetch2(grad, b + PREFETCH, c0)
                 s = offsets[o + b]
                 e = offsets[o + b + 1]
                 sc = np.float32(1.0)

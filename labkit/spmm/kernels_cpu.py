@@ -4,7 +4,8 @@ Two kernels read the same words:
 
 * ``"sparse"``: each word is decoded once (two ANDs: the bf16 value is the high half
   reinterpreted as fp32; the column is the low bits) and used for all N columns. At N = 1 the
-  vector loop runs over words with one 32-bit-index gather of activations per 8 words; for
+  vector loop runs over words with one 32-bit-index gather of activations per 8 words,
+  prefetching the word stream ahead (:data:`PF_AHEAD`); for
   N >= 2 the activations are laid out in groups of 8 columns, (N/8, K, 8), so one word
   multiplies one contiguous 8-float row (no gather at all; N = 2..7 pad the group with zeros,
   which costs no extra memory traffic). Work is proportional to the non-zeros.
@@ -28,6 +29,7 @@ from llvmlite import ir
 from numba import literally, njit, prange, types
 from numba.extending import intrinsic
 
+from labkit.core.intrinsics import prefetch
 from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.spmm.tiled_csl import TiledCSL
 
@@ -76,12 +78,30 @@ _HI = np.uint32(0xFFFF0000)
 # column: numba then emits no negative-index wraparound, so LLVM sees a contiguous word load and
 # a 32-bit-index gather. (Indexing words[p + i] with a signed p made it *gather the words*.)
 
+#: The N = 1 loop reads its words in chunks of PF_CHUNK and, before each chunk, prefetches the
+#: cache lines PF_AHEAD words ahead (one per 16 words). Without the hint the gathers fill the
+#: core's window and too few word-stream misses are in flight: on a 2-core AVX-512 Xeon VM the
+#: kernel read 12 GB/s of words where torch's dense bf16 GEMV read 28 (36864x9216 at 80% sparsity:
+#: 22.7 ms); with the hint 12.8-13.0 ms (PF_AHEAD 512: 13.5-14.5, 2048: 13.4-13.7).
+PF_CHUNK = 32
+PF_AHEAD = 1024
+
+
 @njit(fastmath=True, boundscheck=False, inline="always", cache=True)
-def _row_dot1(wv, cmask, x):
+def _row_dot1(words, p, e, cmask, x):
+    """Sum of value * x[col] over words[p:e]."""
     s = np.float32(0.0)
-    for i in range(wv.shape[0]):
-        w = wv[i]
-        s += _u32_as_f32(w & _HI) * _ld(x, w & cmask)
+    n = words.shape[0]
+    while p < e:
+        q = min(e, p + PF_CHUNK)
+        for j in range(0, PF_CHUNK, 16):
+            if p + PF_AHEAD + j < n:
+                prefetch(words, p + PF_AHEAD + j)
+        wv = words[p:q]
+        for i in range(wv.shape[0]):
+            w = wv[i]
+            s += _u32_as_f32(w & _HI) * _ld(x, w & cmask)
+        p = q
     return s
 
 
@@ -192,7 +212,7 @@ def _sparse_n1(words, toff, row_nnz, tr, tc, cmask_, gc, xt, y):
                 for r in range(tr):
                     c = np.int64(row_nnz[tile, r])
                     if c:
-                        acc[(g - g0) * tr + r] += _row_dot1(words[p:p + c], cmask, x[xo:])
+                        acc[(g - g0) * tr + r] += _row_dot1(words, p, p + c, cmask, x[xo:])
                         p += c
         for i in range(min(m - g0 * tr, (g1 - g0) * tr)):
             y[g0 * tr + i, 0] = acc[i]
