@@ -22,11 +22,11 @@ def item_pointer(context, builder, aryty, ary, inds):
                                      inds=inds, wraparound=False, boundscheck=False)
 
 
-def _emit_prefetch(context, builder, aryty, ary, inds) -> None:
+def emit_prefetch(builder, ptr) -> None:
+    """Emit ``llvm.prefetch`` of the address `ptr` (a read, kept in every cache level) into IR being built."""
     i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
                                         "llvm.prefetch.p0")
-    ptr = item_pointer(context, builder, aryty, ary, inds)
     builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
 
 
@@ -38,7 +38,8 @@ def prefetch(typingctx, arr, i):
 
     def codegen(context, builder, sig, args):
         ary = context.make_array(sig.args[0])(context, builder, args[0])
-        _emit_prefetch(context, builder, sig.args[0], ary, [context.cast(builder, args[1], sig.args[1], types.intp)])
+        emit_prefetch(builder, item_pointer(context, builder, sig.args[0], ary,
+                                            [context.cast(builder, args[1], sig.args[1], types.intp)]))
         return context.get_dummy_value()
     return types.void(arr, i), codegen
 
@@ -53,9 +54,9 @@ def prefetch2(typingctx, arr, i, j):
     def codegen(context, builder, sig, args):
         ary = context.make_array(sig.args[0])(context, builder, args[0])
         inds = [context.cast(builder, args[n], sig.args[n], types.intp) for n in (1, 2)]
-        _emit_prefetch(context, builder, sig.args[0], ary, inds)
+        emit_prefetch(builder, item_pointer(context, builder, sig.args[0], ary, inds))
         return context.get_dummy_value()
     return types.void(arr, i, j), codegen
 
 
-__all__ = ["item_pointer", "prefetch", "prefetch2"]
+__all__ = ["emit_prefetch", "item_pointer", "prefetch", "prefetch2"]

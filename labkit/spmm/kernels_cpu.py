@@ -8,7 +8,8 @@ Two kernels read the same words:
   prefetching the word stream ahead (:data:`PF_AHEAD`); for
   N >= 2 the activations are laid out in groups of 8 columns, (N/8, K, 8), so one word
   multiplies one contiguous 8-float row (no gather at all; N = 2..7 pad the group with zeros,
-  which costs no extra memory traffic). Work is proportional to the non-zeros.
+  which costs no extra memory traffic), with the same prefetch ahead in the word stream (at
+  N = 8 on the same Xeon: 29 -> 20 ms). Work is proportional to the non-zeros.
 * ``"dense_tile"`` (Flash-LLM's load-as-sparse, compute-as-dense): each tile is expanded into a
   small dense fp32 buffer, multiplied densely with the activation slice, and only the written
   entries are re-zeroed. Work is proportional to M*K*N, as on the GPU; on a CPU that only pays
@@ -29,8 +30,8 @@ from llvmlite import ir
 from numba import literally, njit, prange, types
 from numba.extending import intrinsic
 
-from labkit.core.intrinsics import prefetch
 from labkit.core.errors import bad_value, check_choice, check_range
+from labkit.core.intrinsics import emit_prefetch, prefetch
 from labkit.spmm.tiled_csl import TiledCSL
 
 KERNELS = ("auto", "sparse", "dense_tile")
@@ -118,7 +119,8 @@ def _row_dot8(typingctx, wv, cmask, xg, xo):
 
     Written in LLVM IR because numba's vectoriser turns the natural loop into eight gathers:
     here each word is decoded once, its 8-float activation row is one contiguous vector load,
-    and four vector accumulators hide the FMA latency.
+    four vector accumulators hide the FMA latency, and each step of 4 words prefetches the word
+    :data:`PF_AHEAD` words on (past the end of `wv` too: a prefetch never faults).
     """
     if not (isinstance(wv, types.Array) and wv.dtype == types.uint32 and wv.ndim == 1 and wv.layout == "C"
             and isinstance(xg, types.Array) and xg.dtype == types.float32 and xg.ndim == 2 and xg.layout == "C"):
@@ -158,6 +160,7 @@ def _row_dot8(typingctx, wv, cmask, xg, xo):
         i.add_incoming(ir.Constant(_I64, 0), entry)
         for a in accs:
             a.add_incoming(zero, entry)
+        emit_prefetch(builder, builder.gep(wa.data, [builder.add(i, ir.Constant(_I64, PF_AHEAD))]))
         new = [builder.fadd(accs[u], term(builder.add(i, ir.Constant(_I64, u))), flags=_FAST) for u in range(4)]
         i2 = builder.add(i, ir.Constant(_I64, 4))
         i.add_incoming(i2, loop)
