@@ -3,8 +3,8 @@
 :func:`prefetch` is ``llvm.prefetch`` on an array element: a hint (a read, kept in every cache
 level, never a fault) that lets a loop start the memory reads it will need later while it works on
 the ones it has, where the hardware prefetchers do not follow the pattern or fall behind. The
-recsys kernels use it for random rows; the SpMM kernel for its word stream, which a 16-lane gather
-loop otherwise reads with too few misses in flight.
+recsys kernels use it for random rows; the SpMM kernels for their word stream, which a gather loop
+otherwise reads with too few misses in flight.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from numba.extending import intrinsic
 
 
 def item_pointer(context, builder, aryty, ary, inds):
-    """Pointer to ary[inds] (no bounds check, no wraparound: callers keep indices in range)."""
+    """Pointer to ary[inds]: no bounds check and no wraparound (loads and stores through it need indices
+    in range; a prefetch may point anywhere)."""
     return cgutils.get_item_pointer2(context, builder, data=ary.data, shape=cgutils.unpack_tuple(builder, ary.shape),
                                      strides=cgutils.unpack_tuple(builder, ary.strides), layout=aryty.layout,
                                      inds=inds, wraparound=False, boundscheck=False)

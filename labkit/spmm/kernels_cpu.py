@@ -57,7 +57,8 @@ def _u32_as_f32(typingctx, v):
 @intrinsic
 def _ld(typingctx, arr, idx):
     """Load arr[idx] (contiguous float32, 0 <= idx < 2**31) with a 32-bit index: LLVM then emits
-    16-lane vgatherdps instead of 8-lane vgatherqps for numba's 64-bit indices."""
+    vgatherdps (32-bit indices: twice the lanes per instruction of the vgatherqps numba's 64-bit
+    indices give)."""
     if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C"
             and arr.dtype == types.float32 and isinstance(idx, types.Integer)):
         return None

@@ -108,6 +108,8 @@ def test_empty_seeds_are_named(ds, setup):
         presample(ds, cfg, [], MemoryBudget(budget_bytes))
     with pytest.raises(ValueError, match="^train_batches=0 is not accepted"):
         presample(ds, cfg, batch_seeds(ds.array("train"), 8, 1), MemoryBudget(budget_bytes), train_batches=0)
+    with pytest.raises(ValueError, match="^queue_depth=0 is not accepted"):
+        presample(ds, cfg, batch_seeds(ds.array("train"), 8, 1), MemoryBudget(budget_bytes), queue_depth=0)
 
 
 def test_bad_seeds_are_named_not_sampled(ds, setup):
