@@ -15,7 +15,7 @@ import numpy as np
 from labkit.core.bench import Bench, Claim
 from labkit.core.memory import MemoryBudget, fmt_bytes
 from labkit.core.systems import System, register
-from labkit.disk.system import SAMPLERS, open_system, presample, workload
+from labkit.disk.system import QUEUE_DEPTH, SAMPLERS, open_system, presample, workload
 
 CLAIMS = [
     Claim("disk.speedup_naive", "CaliEX vs naive disk training, GraphSAGE [15,10,5] h256 b1024",
@@ -306,7 +306,8 @@ def bench(b: Bench) -> None:
 
     ub = b.results["disk.upper_bound_speedup_naive"]
     fd, td = pre.profile.feature_disk, pre.profile.topology_disk
-    disk = (f"the disk, read through {engine} and calibrated on the pre-sampled reads, does "
+    disk = (f"the disk, read through {engine} with {QUEUE_DEPTH} reads in flight per file and calibrated on the "
+            f"pre-sampled reads, does "
             f"{1 / fd.seconds_per_request:,.0f} random requests/s and {td.bytes_per_second / 1e9:.2f} GB/s sequential")
     r = b.results
     load = (f"1-min load average {load0:.1f} at the start, {r['disk.loadavg_1min_end']:.1f} at the end "
