@@ -93,12 +93,10 @@ PF_AHEAD = 1024
 def _row_dot1(words, p, e, cmask, x):
     """Sum of value * x[col] over words[p:e]."""
     s = np.float32(0.0)
-    n = words.shape[0]
     while p < e:
         q = min(e, p + PF_CHUNK)
         for j in range(0, PF_CHUNK, 16):
-            if p + PF_AHEAD + j < n:
-                prefetch(words, p + PF_AHEAD + j)
+            prefetch(words, p + PF_AHEAD + j)  # past the end too, as in _row_dot8: a hint never faults
         wv = words[p:q]
         for i in range(wv.shape[0]):
             w = wv[i]
