@@ -85,7 +85,12 @@ _HI = np.uint32(0xFFFF0000)
 #: core's window and too few word-stream misses are in flight: on a 2-core AVX-512 Xeon VM the
 #: kernel read 12 GB/s of words where torch's dense bf16 GEMV read 28 (36864x9216 at 80% sparsity:
 #: 22.7 ms); with the hint 12.8-13.0 ms (PF_AHEAD 512: 13.5-14.5, 2048: 13.4-13.7).
-PF_CHUNK = 32
+#: A chunk of 128 words lets LLVM's 64-word loop (four 16-lane gathers into four accumulators) run;
+#: a 32-word chunk only ran its 8-lane loop, one accumulator whose sum carried from chunk to chunk.
+#: On a 2-core Zen4 EPYC VM (slow gathers: the kernel is gather-bound there, about 1.1-1.3 cycles
+#: per non-zero on one core from cache or memory) 128 took 22.9 ms median against 26.7 for 32
+#: (25 interleaved rounds; 256: 23.5).
+PF_CHUNK = 128
 PF_AHEAD = 1024
 
 
