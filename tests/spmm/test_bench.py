@@ -66,6 +66,13 @@ def test_bench_ci_records_claims():
     assert any("gpu_speedup" in n for n in report.notes) or gpu.measured is not None
     assert report.results["spmm.torch_threads"] >= 1
     assert "spmm.crossover_n_s80" in report.results
+    # each 80%-sparse shape records the faster CSR's read rate beside Tiled-CSL's (the CSR miss note cites both)
+    csr_rates = [k for k in report.results if k.startswith("spmm.csr_GBps_")]
+    assert len(csr_rates) == 2 and all(report.results[k] > 0 for k in csr_rates)
+    for k in csr_rates:
+        assert k.replace("csr_GBps", "tiled_csl_GBps") in report.results
+    if claims["spmm.speedup_csr_s80_n1"].passed is False:
+        assert any(n.startswith("spmm.speedup_csr_s80_n1 missed") and "GB/s" in n for n in report.notes)
     names = {n for c in report.comparisons for n in c.names}
     assert {"dense_bf16", "tiled_csl_sparse", "tiled_csl_dense_tile", "torch_csr", "scipy_csr"} <= names
     sweep = next(c for c in report.comparisons if c.case.startswith("sweep"))
