@@ -87,9 +87,9 @@ _HI = np.uint32(0xFFFF0000)
 #: 22.7 ms); with the hint 12.8-13.0 ms (PF_AHEAD 512: 13.5-14.5, 2048: 13.4-13.7).
 #: A chunk of 128 words lets LLVM's 64-word loop (four 16-lane gathers into four accumulators) run;
 #: a 32-word chunk only ran its 8-lane loop, one accumulator whose sum carried from chunk to chunk.
-#: On a 2-core Zen4 EPYC VM (slow gathers: the kernel is gather-bound there, about 1.1-1.3 cycles
-#: per non-zero on one core from cache or memory) 128 took 22.9 ms median against 26.7 for 32
-#: (25 interleaved rounds; 256: 23.5).
+#: On a 2-core Zen4 EPYC VM (slow gathers: the kernel is gather-bound there, 1.0-1.3 cycles per
+#: non-zero on one core at the 2.6 GHz TSC rate, from cache or from memory alike) 128 took 22.9 ms
+#: median against 26.7 for 32 (25 interleaved rounds; 256: 23.5).
 PF_CHUNK = 128
 PF_AHEAD = 1024
 
