@@ -4,12 +4,13 @@ Two kernels read the same words:
 
 * ``"sparse"``: each word is decoded once (two ANDs: the bf16 value is the high half
   reinterpreted as fp32; the column is the low bits) and used for all N columns. At N = 1 the
-  vector loop runs over words with one 32-bit-index gather of activations per 8 words,
-  prefetching the word stream ahead (:data:`PF_AHEAD`); for
+  vector loop runs over words with one 32-bit-index gather of activations per vector of words
+  (16 lanes with AVX-512), in chunks of :data:`PF_CHUNK` words, prefetching the word stream
+  :data:`PF_AHEAD` words ahead; for
   N >= 2 the activations are laid out in groups of 8 columns, (N/8, K, 8), so one word
   multiplies one contiguous 8-float row (no gather at all; N = 2..7 pad the group with zeros,
   which costs no extra memory traffic), with the same prefetch ahead in the word stream (at
-  N = 8 on the same Xeon: 29 -> 20 ms). Work is proportional to the non-zeros.
+  N = 8 on a 2-core Xeon VM: 29 -> 20 ms). Work is proportional to the non-zeros.
 * ``"dense_tile"`` (Flash-LLM's load-as-sparse, compute-as-dense): each tile is expanded into a
   small dense fp32 buffer, multiplied densely with the activation slice, and only the written
   entries are re-zeroed. Work is proportional to M*K*N, as on the GPU; on a CPU that only pays
