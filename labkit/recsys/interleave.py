@@ -9,7 +9,10 @@ update of one micro-batch runs beside the compute-bound MLP of another, and when
 work is ready both threads run MLPs rather than idle. Embedding kernels never run two at a time
 (one memory-bound lane): updates write the tables, and lookups add to the per-field hit and
 lookup counters and take output buffers from one pool. Micro-batch ``i`` is cut from the batch
-by the thread that looks it up, so the first tasks start at once.
+by the thread that looks it up, so the first tasks start at once. The micro-batches are not all
+the same size (:func:`micro_batch_edges`): the first is smaller, because the helper lane waits
+for its lookup, and the last is smaller still, because its MLP and update end the step with
+one lane idle.
 
 Semantics are those of one step on the whole batch: every ``L`` runs before any ``A`` (all
 lookups read the weights of before the step), each micro-batch's loss is scaled by its share of
@@ -25,10 +28,36 @@ from __future__ import annotations
 import threading
 
 import numba
+import numpy as np
 import torch
 
 from labkit.core.errors import check_range
 from labkit.recsys.data import JaggedBatch
+
+
+#: Sizes of the first and the last micro-batch relative to each one between (with 3 or more).
+FIRST_SHARE, LAST_SHARE = 2 / 3, 1 / 2
+
+
+def micro_batch_edges(batch_size: int, n: int) -> np.ndarray:
+    """Return the n + 1 sample boundaries of `n` micro-batches of a batch of `batch_size` samples.
+
+    With 3 or more, the first micro-batch is FIRST_SHARE and the last LAST_SHARE of the size of
+    each one between (the helper lane waits for the first lookup; the last MLP and update run
+    with the other lane idle). On the packed Wide & Deep step of ``labkit bench recsys`` (2048
+    samples, 4 micro-batches, 2 cores) this took 39.4 and 39.3 ms median against 41.9 and 41.3 ms
+    for equal sizes in two runs of 28 interleaved steps. Every micro-batch holds at least one
+    sample; equal sizes where the batch is too small for that.
+    """
+    check_range("n", n, 1, batch_size, integer=True)
+    w = np.ones(n)
+    if n >= 3:
+        w[0], w[-1] = FIRST_SHARE, LAST_SHARE
+    edges = np.concatenate([[0.0], np.cumsum(w)]) / w.sum() * batch_size
+    edges = edges.round().astype(np.int64)
+    if (np.diff(edges) < 1).any():
+        edges = np.linspace(0, batch_size, n + 1).round().astype(np.int64)
+    return edges
 
 
 class _Step:
@@ -38,7 +67,7 @@ class _Step:
         self.model, self.stage, self.batch = model, model.embeddings, batch
         # Micro-batch i is cut from the batch by the lane that looks it up (cutting all of them
         # up front kept both lanes waiting ~1 ms at every step's start).
-        self.edges = batch.split_points(n)
+        self.edges = micro_batch_edges(batch.batch_size, n)
         self.n = len(self.edges) - 1
         self.micro: list = [None] * self.n
         self.params = [p for p in model.dense.parameters() if p.requires_grad]

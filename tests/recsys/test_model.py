@@ -269,3 +269,22 @@ def test_count_ops_counts_every_lane_of_an_interleaved_step():
         one = count_ops(lambda: plain.train_step(b))["ops"]
     assert len(set(counts)) == 1, counts
     assert counts[0] > 2 * one  # four micro-batches' lookups and MLPs, on both lanes
+
+
+@pytest.mark.parametrize("batch,n", [(2048, 4), (2048, 3), (1000, 8), (2048, 2), (7, 1), (5, 4), (4, 4), (3, 3)])
+def test_micro_batches_cover_the_batch_with_a_smaller_first_and_last(batch, n):
+    from labkit.recsys.interleave import FIRST_SHARE, LAST_SHARE, micro_batch_edges
+    edges = micro_batch_edges(batch, n)
+    sizes = np.diff(edges)
+    assert edges[0] == 0 and edges[-1] == batch and len(sizes) == n and (sizes >= 1).all()
+    if n >= 3 and batch >= 4 * n:  # room for the shares: first and last smaller, by the stated shares
+        mid = sizes[1:-1].mean()
+        assert abs(sizes[0] / mid - FIRST_SHARE) < 0.05 and abs(sizes[-1] / mid - LAST_SHARE) < 0.05
+    elif n <= 2:
+        assert sizes.max() - sizes.min() <= 1  # equal halves
+
+
+def test_micro_batch_edges_refuses_more_micro_batches_than_samples():
+    from labkit.recsys.interleave import micro_batch_edges
+    with pytest.raises(ValueError, match="n=9 is not accepted"):
+        micro_batch_edges(8, 9)
