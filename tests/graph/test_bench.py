@@ -23,6 +23,12 @@ def test_bench_ci_measures_every_claim():
     r = report.results
     assert 0 < r["graph.cache_hit_rate"] < 1 and 0 < r["graph.cache_vertices_fraction"] <= 0.2
     assert r["graph.remote_ids_saved_fraction"] > 0  # the cache really kept fetches local
+    # the bound a cache that skips no round could reach: the wait beyond the rounds' fixed price, saved
+    off = {m: r[f"graph.remote_{m}_per_batch_cache_off"] for m in ("wait_ms", "rounds")}
+    epoch_ms = r["graph.epoch_ms_per_batch_cache_off"]
+    per_id = max(0.0, off["wait_ms"] - off["rounds"] * r["graph.ping_round_ms"])
+    assert r["graph.cache_epoch_speedup_bound_no_round_skipped"] == pytest.approx(epoch_ms / (epoch_ms - per_id),
+                                                                                   rel=1e-6)
     build = next(c for c in report.comparisons if c.case.startswith("build CSR, R-MAT"))
     assert set(build.times) == {"scipy_coo_tocsr", "labkit_build_csr", "labkit_build_csr@1"}
     assert r["graph.build_speedup_scipy_1thread"] == build.ratio("scipy_coo_tocsr", "labkit_build_csr@1") > 0
