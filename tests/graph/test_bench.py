@@ -29,6 +29,10 @@ def test_bench_ci_measures_every_claim():
     per_id = max(0.0, off["wait_ms"] - off["rounds"] * r["graph.ping_round_ms"])
     assert r["graph.cache_epoch_speedup_bound_no_round_skipped"] == pytest.approx(epoch_ms / (epoch_ms - per_id),
                                                                                    rel=1e-6)
+    kept = 1 - r["graph.remote_kib_per_batch_cache_on"] / r["graph.remote_kib_per_batch_cache_off"]
+    assert r["graph.cache_epoch_speedup_at_bytes_kept"] == pytest.approx(epoch_ms / (epoch_ms - kept * per_id),
+                                                                         rel=1e-6)
+    assert 1 <= r["graph.cache_epoch_speedup_at_bytes_kept"] <= r["graph.cache_epoch_speedup_bound_no_round_skipped"]
     build = next(c for c in report.comparisons if c.case.startswith("build CSR, R-MAT"))
     assert set(build.times) == {"scipy_coo_tocsr", "labkit_build_csr", "labkit_build_csr@1"}
     assert r["graph.build_speedup_scipy_1thread"] == build.ratio("scipy_coo_tocsr", "labkit_build_csr@1") > 0
