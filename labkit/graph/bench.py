@@ -315,7 +315,7 @@ def bench_cache(b: Bench, profile: str, workers: int, batches: int, repeats: int
                    f"data at all, and training takes {on['train_ms']:.1f} ms per batch in both. A cache that skips "
                    f"no round could save at most the wait beyond the rounds' fixed price ({off['rounds']:.0f} x "
                    f"{ping_ms:.1f} ms of {off['wait_ms']:.1f} ms), which bounds the speedup at {bound:.2f}x "
-                   f"(graph.cache_epoch_speedup_bound_no_round_skipped) with every lookup a hit; saving that wait "
+                   f"(graph.cache_epoch_speedup_bound_no_round_skipped); saving that wait "
                    f"in proportion to the {kept:.0%} of bytes the hits kept local would give {prop:.2f}x "
                    f"(graph.cache_epoch_speedup_at_bytes_kept), and the wait fell by "
                    f"{off['wait_ms'] - on['wait_ms']:.1f} ms.",
