@@ -281,8 +281,8 @@ def bench_cache(b: Bench, profile: str, workers: int, batches: int, repeats: int
                 b.record(f"graph.remote_{m}_per_batch_{k}", per[k][m])
         b.record("graph.remote_calls_skipped_per_batch_cache_on", per["cache_on"]["skipped"])
         off, on = per["cache_off"], per["cache_on"]
-        b.record("graph.remote_ids_saved_fraction", 1 - on["ids"] / max(1e-9, off["ids"]))
-        b.record("graph.remote_bytes_saved_fraction", 1 - on["kib"] / max(1e-9, off["kib"]))
+        ids_kept = b.record("graph.remote_ids_saved_fraction", 1 - on["ids"] / max(1e-9, off["ids"]))
+        kept = b.record("graph.remote_bytes_saved_fraction", 1 - on["kib"] / max(1e-9, off["kib"]))
         b.log(" ".join(f"{k}: {v['epoch_ms']:.1f} ms/batch, wait {v['wait_ms']:.1f} ms, {v['calls']:.1f} calls, "
                        f"{v['ids']:.0f} ids, {v['kib']:.0f} KiB;" for k, v in per.items()) + f" ping round {ping_ms:.2f} ms")
         b.record("graph.train_ms_per_batch_cache_off", off["train_ms"])
@@ -293,9 +293,8 @@ def bench_cache(b: Bench, profile: str, workers: int, batches: int, repeats: int
         bound = b.record("graph.cache_epoch_speedup_bound_no_round_skipped",
                          off["epoch_ms"] / max(1e-9, off["epoch_ms"] - per_id))
         # ... and what saving that wait in proportion to the bytes the hits kept local would give.
-        kept = max(0.0, 1 - on["kib"] / max(1e-9, off["kib"]))
         prop = b.record("graph.cache_epoch_speedup_at_bytes_kept",
-                        off["epoch_ms"] / max(1e-9, off["epoch_ms"] - kept * per_id))
+                        off["epoch_ms"] / max(1e-9, off["epoch_ms"] - max(0.0, kept) * per_id))
         if abs(off["train_ms"] / max(1e-9, on["train_ms"]) - 1) > 0.15:
             # Training is the same work in both contenders: a gap there is the machine, not the cache.
             rest = (off["epoch_ms"] - off["train_ms"]) / max(1e-9, on["epoch_ms"] - on["train_ms"])
@@ -307,8 +306,8 @@ def bench_cache(b: Bench, profile: str, workers: int, batches: int, repeats: int
                    "per batch).", claim="graph.cache_epoch_speedup")
         if speedup < 1.4:
             need = off["epoch_ms"] * (1 - 1 / 1.4)
-            b.note(f"hits kept {1 - on['ids'] / max(1e-9, off['ids']):.0%} of remote ids and "
-                   f"{1 - on['kib'] / max(1e-9, off['kib']):.0%} of bytes local (remote wait {off['wait_ms']:.1f} ms "
+            b.note(f"hits kept {ids_kept:.0%} of remote ids and "
+                   f"{kept:.0%} of bytes local (remote wait {off['wait_ms']:.1f} ms "
                    f"per batch off, {on['wait_ms']:.1f} on), but 1.4x needs {need:.1f} ms saved of "
                    f"{off['epoch_ms']:.1f}: the calls stay at {on['calls']:.0f} per batch ({on['skipped']:.1f} skipped; "
                    f"every round has misses on every partition), a round costs {ping_ms:.1f} ms over loopback with no "
