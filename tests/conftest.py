@@ -21,3 +21,12 @@ def data_root(tmp_path, monkeypatch):
     root.mkdir()
     monkeypatch.setenv("LABKIT_DATA", str(root))
     return root
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Report how many fuzz cases ran (tests/fuzz.py), so CI's log says what the fuzz pass tried."""
+    import sys
+
+    fuzz = sys.modules.get("tests.fuzz")
+    for line in (fuzz.summary_lines() if fuzz is not None else []):
+        terminalreporter.write_line(line)

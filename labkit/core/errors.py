@@ -19,9 +19,32 @@ def _fmt(value: Any) -> str:
     return repr(value)
 
 
+class BadInput(LabkitError, ValueError):
+    """A value the API does not accept: a LabkitError that is also a ValueError, for older callers."""
+
+
+_MIXED: dict[type, type] = {ValueError: BadInput}
+
+
+def labkit_kind(exc: type[Exception]) -> type[Exception]:
+    """Return `exc` if it is a LabkitError already, else a subclass of both (``TypeError`` -> ``BadType``-like).
+
+    Callers that catch the built-in type (``except TypeError``) keep working, and every bad-input
+    error can also be caught as one LabkitError.
+    """
+    if issubclass(exc, LabkitError):
+        return exc
+    mixed = _MIXED.get(exc)
+    if mixed is None:
+        name = f"Labkit{exc.__name__}"
+        mixed = _MIXED[exc] = type(name, (LabkitError, exc), {"__module__": __name__, "__qualname__": name})
+        globals()[name] = mixed  # importable by name, so it pickles (Dask workers send errors back)
+    return mixed
+
+
 def bad_value(arg: str, value: Any, accepted: str, exc: type[Exception] = ValueError) -> Exception:
-    """Return (not raise) an exception whose message names `arg`, `value` and what is accepted."""
-    return exc(f"{arg}={_fmt(value)} is not accepted; expected {accepted}")
+    """Return (not raise) a LabkitError (also an `exc`) naming `arg`, `value` and what is accepted."""
+    return labkit_kind(exc)(f"{arg}={_fmt(value)} is not accepted; expected {accepted}")
 
 
 def check_choice(arg: str, value: Any, choices: Iterable[Any]) -> Any:
