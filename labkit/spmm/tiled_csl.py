@@ -27,6 +27,13 @@ of their row's column 0 so every location is in bounds.
 
 Zeros: a bf16/fp16 ``-0.0`` is a zero, not a non-zero; decoding returns ``+0.0`` for it. Every
 non-zero (NaN and inf included) decodes bit-exactly.
+
+Limits the fields set (:func:`check_tile` refuses any tile past them): a location is 16 bits, so
+``ceil(log2 rows) + ceil(log2 cols) <= 16``; a tile row's padded count is a uint16, so a full row
+padded to a multiple of ``pad`` must stay <= 65535, i.e. ``cols <= 65535 // pad * pad`` (65520 at
+the default pad of 16: a 65536-column row would count 0 and the fill would run past its buffer).
+A :class:`TiledCSL` checks its arrays when it is built (by :func:`encode` or by hand), so the
+numba passes over them never index outside an array.
 """
 
 from __future__ import annotations
@@ -44,6 +51,11 @@ from labkit.spmm.prune import check_sparsity
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 DEFAULT_TILE = (8, 8192)
 DEFAULT_PAD = 16
+#: Largest per-row count: ``row_nnz`` is uint16.
+ROW_NNZ_MAX = int(np.iinfo(np.uint16).max)
+#: Per-row counts an encoding may hold beyond one per weight element (a tile much taller than the
+#: weight pads every tile with empty rows; past this its metadata would outgrow the dense weight).
+ROW_NNZ_FLOOR = 2**20
 
 
 def _torch_dtype_name(dtype: torch.dtype) -> str | None:
@@ -60,14 +72,32 @@ def _is_int(v) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
-def check_tile(tile: tuple[int, int]) -> tuple[int, int]:
-    """Return `tile` as (rows, cols) if a location (row << col_bits | col) fits 16 bits."""
+def check_pad(pad: int) -> int:
+    """Return `pad` as an int if it is a power of two from 1 to 64, else raise."""
+    if not (_is_int(pad) and 1 <= pad <= 64 and (pad & (pad - 1)) == 0):
+        raise bad_value("pad", pad, "a power of two from 1 to 64 (an int or numpy integer, not a bool)")
+    return int(pad)
+
+
+def max_tile_cols(pad: int = DEFAULT_PAD) -> int:
+    """Return the widest tile row whose count, padded to a multiple of `pad`, fits the uint16 row count."""
+    return ROW_NNZ_MAX // pad * pad
+
+
+def check_tile(tile: tuple[int, int], pad: int = DEFAULT_PAD) -> tuple[int, int]:
+    """Return `tile` as (rows, cols) if a location (row << col_bits | col) fits 16 bits and a full
+    tile row padded to a multiple of `pad` fits the uint16 per-row count; else raise."""
+    pad = check_pad(pad)
+    limit = max_tile_cols(pad)
     ok = (isinstance(tile, (tuple, list)) and len(tile) == 2
           and all(_is_int(t) and t >= 1 for t in tile)
-          and _bits_for(int(tile[0])) + _bits_for(int(tile[1])) <= 16)
+          and _bits_for(int(tile[0])) + _bits_for(int(tile[1])) <= 16
+          and int(tile[1]) <= limit)
     if not ok:
-        raise bad_value("tile", tile, "(rows, cols) of positive integers with ceil(log2 rows) + "
-                        "ceil(log2 cols) <= 16, so a location fits 16 bits")
+        shown = tuple(tile) if isinstance(tile, list) else tile
+        raise bad_value("tile", shown, "(rows, cols) of positive integers with ceil(log2 rows) + "
+                        f"ceil(log2 cols) <= 16 (a location fits 16 bits) and cols <= {limit} (a full row "
+                        f"padded to a multiple of pad={pad} fits the uint16 count, <= {ROW_NNZ_MAX})")
     return int(tile[0]), int(tile[1])
 
 
@@ -95,6 +125,40 @@ class TiledCSL:
     row_nnz: np.ndarray        # uint16 (n_tiles, tile_rows): padded word count of each tile row
     nnz: int                   # true non-zeros (padding excluded)
     pad: int = DEFAULT_PAD
+
+    def __post_init__(self) -> None:
+        """Refuse fields the kernels cannot read safely (they index without bounds checks)."""
+        shape, tile = self.shape, self.tile
+        if not (isinstance(shape, tuple) and len(shape) == 2 and all(_is_int(v) and v >= 1 for v in shape)):
+            raise bad_value("shape", shape, "(M, K) with integers M, K >= 1")
+        if self.dtype not in DTYPES:
+            raise bad_value("dtype", self.dtype, "one of " + ", ".join(map(repr, DTYPES)))
+        check_pad(self.pad)
+        if not isinstance(tile, tuple):
+            raise bad_value("tile", tile, "a tuple (rows, cols)")
+        tr, tc = check_tile(tile, self.pad)
+        gr, gc = self.grid
+        for name, dtype, ndim in (("words", np.uint32, 1), ("tile_offsets", np.int64, 1), ("row_nnz", np.uint16, 2)):
+            a = getattr(self, name)
+            if not (isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == ndim and a.flags.c_contiguous):
+                shown = f"{a.dtype}{a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+                raise bad_value(name, shown, f"a C-contiguous {ndim}-D {np.dtype(dtype)} numpy array")
+        if self.row_nnz.shape != (gr * gc, tr):
+            raise bad_value("row_nnz.shape", self.row_nnz.shape, f"{(gr * gc, tr)} (tiles, tile rows)")
+        if self.row_nnz.size and np.any(self.row_nnz % self.pad):
+            raise bad_value("row_nnz", "counts", f"multiples of pad={self.pad}")
+        toff = self.tile_offsets
+        per_tile = self.row_nnz.sum(axis=1, dtype=np.int64)
+        if (toff.shape != (gr * gc + 1,) or toff[0] != 0 or toff[-1] != self.words.size
+                or not np.array_equal(np.diff(toff), per_tile)):
+            raise bad_value("tile_offsets", f"int64{toff.shape}", f"{gr * gc + 1} offsets from 0 to "
+                            f"len(words)={self.words.size}, each tile's span the sum of its row_nnz")
+        bad, nnz = _check_words(self.words, toff, self.row_nnz, tr, tc, self.col_bits, shape[0], shape[1], gc)
+        if bad >= 0:
+            raise bad_value(f"words[{bad}]", f"{int(self.words[bad]):#010x}", "a word whose location lies "
+                            "in its own tile row and inside the matrix")
+        if not _is_int(self.nnz) or self.nnz != nnz:
+            raise bad_value("nnz", self.nnz, f"{nnz} (the words with a non-zero value)")
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -156,20 +220,30 @@ def encode(weight: torch.Tensor, *, tile: tuple[int, int] | None = None, pad: in
         raise bad_value("weight.dtype", weight.dtype, "torch.bfloat16 or torch.float16")
     if weight.dim() != 2 or weight.shape[0] < 1 or weight.shape[1] < 1:
         raise bad_value("weight.shape", tuple(weight.shape), "a non-empty 2-D shape (M, K)")
-    tr, tc = check_tile(auto_tile(int(weight.shape[1])) if tile is None else tile)
-    if not (_is_int(pad) and 1 <= pad <= 64 and (pad & (pad - 1)) == 0):
-        raise bad_value("pad", pad, "a power of two from 1 to 64 (an int or numpy integer, not a bool)")
-    pad = int(pad)
+    if weight.device.type != "cpu":
+        raise bad_value("weight.device", str(weight.device), "a CPU tensor (the encoder runs on the CPU)")
+    pad = check_pad(pad)
+    tr, tc = check_tile(auto_tile(int(weight.shape[1])) if tile is None else tile, pad)
     m, k = weight.shape
-    bits = weight.detach().contiguous().view(torch.int16).numpy().view(np.uint16)
     gr, gc = -(-m // tr), -(-k // tc)
-    row_nnz = np.zeros((gr * gc, tr), np.uint16)
+    if gr * gc * tr > max(m * k, ROW_NNZ_FLOOR):
+        raise bad_value("tile", (tr, tc), f"a tile whose per-row counts ({gr * gc} tiles x {tr} rows) number at "
+                        f"most max(M * K, {ROW_NNZ_FLOOR}) for weight.shape={(m, k)}: fewer rows or more columns")
+    bits = weight.detach().contiguous().view(torch.int16).numpy().view(np.uint16)
+    # Counted in int64 and checked before the narrowing to uint16, so no tile can wrap a count.
+    counts = np.zeros((gr * gc, tr), np.int64)
     true_nnz = np.zeros(gr, np.int64)
-    _count(bits, tr, tc, pad, row_nnz, true_nnz)
+    _count(bits, tr, tc, pad, counts, true_nnz)
+    if counts.size and counts.max() > ROW_NNZ_MAX:
+        raise bad_value("tile", (tr, tc), f"a tile whose padded row counts fit uint16 (<= {ROW_NNZ_MAX})")
+    row_nnz = counts.astype(np.uint16)
     tile_offsets = np.zeros(gr * gc + 1, np.int64)
-    np.cumsum(row_nnz.sum(axis=1, dtype=np.int64), out=tile_offsets[1:])
+    np.cumsum(counts.sum(axis=1), out=tile_offsets[1:])
     words = np.empty(int(tile_offsets[-1]), np.uint32)
-    _fill(bits, tr, tc, pad, tile_offsets, words)
+    overrun = np.zeros(gr, np.int64)
+    _fill(bits, tr, tc, pad, tile_offsets, words, overrun)
+    if overrun.any():  # cannot happen with the counts above; a guard, not a code path
+        raise RuntimeError(f"Tiled-CSL fill disagreed with its counts in tile row {int(np.argmax(overrun))}")
     return TiledCSL((m, k), (tr, tc), name, words, tile_offsets, row_nnz, int(true_nnz.sum()), pad)
 
 
@@ -215,7 +289,9 @@ def _count(bits, tr, tc, pad, row_nnz, true_nnz):
 
 
 @njit(parallel=True, cache=True)
-def _fill(bits, tr, tc, pad, tile_offsets, words):
+def _fill(bits, tr, tc, pad, tile_offsets, words, overrun):
+    """Write each tile's words into its span of `words`; a write past the span (or a span left
+    short) sets overrun[tile row] instead of touching memory outside it."""
     m, k = bits.shape
     gc = -(-k // tc)
     gr = (tile_offsets.shape[0] - 1) // gc
@@ -225,6 +301,7 @@ def _fill(bits, tr, tc, pad, tile_offsets, words):
     for g in prange(gr):
         for t in range(gc):
             p = tile_offsets[g * gc + t]
+            end = min(tile_offsets[g * gc + t + 1], words.shape[0])
             c0 = t * tc
             c1 = min(k, c0 + tc)
             for r in range(tr):
@@ -235,13 +312,43 @@ def _fill(bits, tr, tc, pad, tile_offsets, words):
                 for c in range(c0, c1):
                     b = bits[i, c]
                     if b & 0x7FFF:
+                        if p >= end:
+                            overrun[g] = 1
+                            break
                         words[p] = (np.uint32(b) << np.uint32(16)) | np.uint32((r << cbits) | (c - c0))
                         p += 1
                         n += 1
                 while n % pad:
+                    if p >= end:
+                        overrun[g] = 1
+                        break
                     words[p] = np.uint32(r << cbits)
                     p += 1
                     n += 1
+            if p != end:
+                overrun[g] = 1
+
+
+@njit(cache=True)
+def _check_words(words, toff, row_nnz, tr, tc, cbits, m, k, gc):
+    """Return (index of the first word outside its tile row or the matrix, or -1; non-zero words)."""
+    cmask = (1 << cbits) - 1
+    nnz = 0
+    for t in range(toff.shape[0] - 1):
+        r0 = (t // gc) * tr
+        c0 = (t % gc) * tc
+        width = min(tc, k - c0)
+        p = toff[t]
+        for r in range(tr):
+            for _ in range(np.int64(row_nnz[t, r])):
+                w = words[p]
+                loc = np.int64(w & np.uint32(0xFFFF))
+                if (loc >> cbits) != r or (loc & cmask) >= width or r0 + r >= m:
+                    return p, nnz
+                if w >> np.uint32(16):
+                    nnz += 1
+                p += 1
+    return -1, nnz
 
 
 @njit(parallel=True, cache=True)
@@ -272,5 +379,5 @@ def _tile_true_counts(words, tile_offsets, counts):
         counts[t] = n
 
 
-__all__ = ["DTYPES", "DEFAULT_TILE", "DEFAULT_PAD", "TiledCSL", "encode", "decode", "check_tile", "auto_tile",
-           "byte_bound_speedup"]
+__all__ = ["DTYPES", "DEFAULT_TILE", "DEFAULT_PAD", "ROW_NNZ_MAX", "TiledCSL", "encode", "decode", "check_tile",
+           "check_pad", "max_tile_cols", "auto_tile", "byte_bound_speedup"]
