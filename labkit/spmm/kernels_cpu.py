@@ -363,10 +363,17 @@ def choose_kernel(n: int) -> str:
 
 
 def _as_activations(x, k: int) -> tuple[np.ndarray, bool]:
-    """Return (x as float32 (K, N) numpy, whether x was 1-D), checking shape and dtype."""
+    """Return (x as float32 (K, N) numpy, whether x was 1-D), checking shape, dtype and values.
+
+    Activations must be finite (after the cast to float32): the sparse kernels skip the weight's
+    zeros (and multiply padding words by column 0), so a NaN or inf activation would not give the
+    NaN a dense product gives (0 * inf); refusing it keeps every kernel equal to the dense one.
+    """
     if isinstance(x, torch.Tensor):
         if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
             raise bad_value("x.dtype", x.dtype, "torch.float32, torch.bfloat16 or torch.float16")
+        if x.device.type != "cpu":
+            raise bad_value("x.device", str(x.device), "a CPU tensor (these are the CPU kernels)")
         xn = x.detach().float().numpy() if x.dtype != torch.float32 else x.detach().numpy()
     elif isinstance(x, np.ndarray):
         if x.dtype not in (np.float32, np.float16, np.float64):
@@ -379,12 +386,22 @@ def _as_activations(x, k: int) -> tuple[np.ndarray, bool]:
         xn = xn[:, None]
     if xn.ndim != 2 or xn.shape[0] != k or not (1 <= xn.shape[1] <= MAX_N):
         raise bad_value("x.shape", tuple(x.shape), f"({k},) or ({k}, N) with 1 <= N <= {MAX_N}")
+    finite = np.isfinite(xn)
+    if not finite.all():
+        at = tuple(int(i) for i in np.argwhere(~finite)[0])
+        at = at[:1] if vec else at
+        raise bad_value(f"x[{', '.join(map(str, at))}]", float(xn[at if not vec else (at[0], 0)]),
+                        "finite activations within float32 range (no NaN or inf)")
     return xn, vec
 
 
 def spmm(w: TiledCSL, x, *, kernel: str = "auto", out: np.ndarray | None = None) -> np.ndarray:
     """Return W @ x as float32 numpy ((M,) for 1-D x, else (M, N)); W in Tiled-CSL (bf16 values).
 
+    `x` is a CPU torch tensor (fp32/bf16/fp16) or numpy array (fp32/fp16/fp64) of shape (K,) or
+    (K, N), 1 <= N <= 64, with finite values (a NaN or inf activation is refused: see
+    `_as_activations`). NaN and inf *weights* are values like any other: the result is what a
+    dense product of the same weights gives (NaN or inf in their rows).
     `out`, if given, must be a float32 C-contiguous (M, bucket(N)) array; every element is written.
     """
     if not isinstance(w, TiledCSL):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from labkit.core.errors import LabkitError, bad_value, check_range
+from labkit.core.errors import LabkitError, bad_value, check_range, check_seed
 from labkit.spmm.tiled_csl import TiledCSL, encode
 
 GPU_TILE = (128, 64)
@@ -45,10 +45,14 @@ class GpuTiledCSL:
     """A Tiled-CSL matrix (128 x 64 tiles, fp16) resident on the GPU."""
 
     def __init__(self, w: TiledCSL) -> None:
-        import cupy
+        # Inputs are checked before cupy is imported, so bad input reads the same with or without a GPU.
+        if not isinstance(w, TiledCSL):
+            raise bad_value("w", type(w).__name__, "a TiledCSL (use GpuTiledCSL.from_weight)")
         if w.tile != GPU_TILE or w.dtype != "fp16":
             raise bad_value("w", f"tile={w.tile}, dtype={w.dtype}", f"tile={GPU_TILE} and dtype='fp16' "
                             "(use GpuTiledCSL.from_weight)")
+        _need_gpu()
+        import cupy
         self.shape = w.shape
         self.nnz = w.nnz
         self.words = cupy.asarray(w.words)
@@ -59,8 +63,29 @@ class GpuTiledCSL:
 
     @classmethod
     def from_weight(cls, weight: torch.Tensor) -> "GpuTiledCSL":
-        """Encode a 2-D torch weight as fp16 Tiled-CSL with the GPU tile and upload it."""
-        return cls(encode(weight.to(torch.float16), tile=GPU_TILE, pad=1))
+        """Encode a 2-D torch weight as fp16 Tiled-CSL with the GPU tile and upload it.
+
+        A float weight is refused if fp16 would lose a value: a finite one becoming inf, or a
+        non-zero one becoming zero. NaN and inf weights are kept as values.
+        """
+        return cls(encode(to_fp16(weight), tile=GPU_TILE, pad=1))
+
+
+def to_fp16(weight: torch.Tensor) -> torch.Tensor:
+    """Return a 2-D float `weight` (on the CPU) as fp16, refusing values fp16 cannot hold."""
+    if not isinstance(weight, torch.Tensor):
+        raise bad_value("weight", type(weight).__name__, "a 2-D torch.Tensor")
+    if not weight.dtype.is_floating_point:
+        raise bad_value("weight.dtype", weight.dtype, "a floating dtype (bf16, fp16 or fp32)")
+    if weight.device.type != "cpu":
+        raise bad_value("weight.device", str(weight.device), "a CPU tensor (it is encoded on the CPU)")
+    w16 = weight.detach().to(torch.float16)
+    lost = (torch.isinf(w16) & torch.isfinite(weight)) | ((w16 == 0) & (weight != 0))
+    if lost.any():
+        at = tuple(int(i) for i in lost.nonzero()[0])
+        raise bad_value(f"weight[{', '.join(map(str, at))}]", float(weight[at]),
+                        "a value fp16 holds (|w| in [6e-8, 65504] or 0): the GPU kernel's values are fp16")
+    return w16
 
 
 def split_k(tiles_m: int, tiles_k: int, sm_count: int) -> int:
@@ -71,12 +96,19 @@ def split_k(tiles_m: int, tiles_k: int, sm_count: int) -> int:
 
 def spmm_gpu(w: GpuTiledCSL, x, *, splits: int | None = None):
     """Return W @ x as a float32 cupy array (M, N); x is a cupy/torch (K, N) array, 1 <= N <= 64."""
-    import cupy
-    _need_gpu()
+    if not isinstance(w, GpuTiledCSL):
+        raise bad_value("w", type(w).__name__, "a GpuTiledCSL (GpuTiledCSL.from_weight)")
     m, k = w.shape
+    shape = getattr(x, "shape", None)
+    if not isinstance(shape, tuple):  # numpy, cupy and torch (torch.Size) shapes are tuples
+        raise bad_value("x", type(x).__name__, f"a cupy array or torch tensor of shape ({k}, N)")
+    if len(shape) != 2 or shape[0] != k or not (1 <= shape[1] <= 64):
+        raise bad_value("x.shape", tuple(shape), f"({k}, N) with 1 <= N <= 64")
+    if splits is not None:
+        check_range("splits", splits, 1, w.tiles_k, integer=True)
+    _need_gpu()
+    import cupy
     x = cupy.asarray(x)
-    if x.ndim != 2 or x.shape[0] != k or not (1 <= x.shape[1] <= 64):
-        raise bad_value("x.shape", tuple(x.shape), f"({k}, N) with 1 <= N <= 64")
     n = x.shape[1]
     nt = 16 if n <= 16 else 32
     n_pad = -(-n // nt) * nt
@@ -115,11 +147,14 @@ def _time_gpu(*fns, repeats: int) -> list[float]:
 
 def time_vs_cublas(shape: tuple[int, int], sparsity: float, n: int, *, repeats: int = 20, seed: int = 0) -> dict:
     """Check the GPU SpMM against cuBLAS fp16 at one shape and time both; return a result row."""
-    import cupy
-
-    from labkit.spmm.prune import random_sparse
+    from labkit.spmm.prune import check_shape, check_sparsity, random_sparse
+    m, k = check_shape(shape)
+    check_sparsity(sparsity)
+    check_range("n", n, 1, 64, integer=True)
+    check_range("repeats", repeats, 1, integer=True)
+    check_seed(seed, bits=64)
     _need_gpu()
-    m, k = shape
+    import cupy
     w = random_sparse(shape, sparsity, seed=seed, dtype=torch.float16)
     gw = GpuTiledCSL.from_weight(w)
     wd = cupy.asarray(w.numpy())
