@@ -287,8 +287,31 @@ def _check_manifest(manifest: Any, mpath: Path, name: str, profile: str) -> None
         for fld, types in (("file", str), ("bytes", int), ("sha256", str)):
             if not isinstance(info.get(fld), types) or isinstance(info.get(fld), bool):
                 raise bad(f"files[{key!r}] has no {fld!r} {types.__name__}")
+        if "\0" in info["file"] or not Path(info["file"]).parts:
+            raise bad(f"files[{key!r}] names {info['file']!r}, not a file name")
         if Path(info["file"]).is_absolute() or ".." in Path(info["file"]).parts:
             raise bad(f"files[{key!r}] names {info['file']!r}, outside the dataset's folder")
+        if "shape" in info or "dtype" in info:  # a raw array: Dataset.array() reads it with these
+            _check_array_info(info, key, bad)
+
+
+def _check_array_info(info: dict, key: str, bad: Callable[[str], DatasetError]) -> None:
+    """Refuse a raw array's shape or dtype that Dataset.array() could not read from its bytes."""
+    shape = info.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                                              for n in shape):
+        raise bad(f"files[{key!r}] has a 'shape' that is not a list of non-negative ints")
+    try:
+        dtype = np.dtype(info.get("dtype"))
+    except (TypeError, ValueError):
+        raise bad(f"files[{key!r}] has 'dtype' {info.get('dtype')!r}, not a numpy dtype") from None
+    if dtype.hasobject or dtype.itemsize == 0:
+        raise bad(f"files[{key!r}] has 'dtype' {info.get('dtype')!r}, not a fixed-size plain dtype")
+    need = dtype.itemsize
+    for n in shape:
+        need *= n
+    if need > info["bytes"]:
+        raise bad(f"files[{key!r}] needs {need} bytes for its shape and dtype, the file has {info['bytes']}")
 
 
 def verify(ds_dir: Path, name: str, profile: str, *, full: bool = True, version: int | None = None) -> dict:
@@ -302,8 +325,10 @@ def verify(ds_dir: Path, name: str, profile: str, *, full: bool = True, version:
         manifest = json.loads(mpath.read_text())
     except (FileNotFoundError, NotADirectoryError):
         raise DatasetError(f"{mpath} is missing; {_rebuild_hint(name, profile)}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise DatasetError(f"{mpath} is not valid JSON; {_rebuild_hint(name, profile)}") from None
+    except OSError as exc:  # a folder where the manifest belongs, no permission to read it
+        raise DatasetError(f"{mpath} cannot be read ({exc.strerror or exc}); {_rebuild_hint(name, profile)}") from None
     _check_manifest(manifest, mpath, name, profile)
     if version is not None and manifest.get("version") != version:
         raise DatasetError(f"{mpath} has version {manifest.get('version')}, labkit expects "
@@ -312,15 +337,26 @@ def verify(ds_dir: Path, name: str, profile: str, *, full: bool = True, version:
         p = ds_dir / info["file"]
         try:
             st = p.stat()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             raise DatasetError(f"{p} is missing; {_rebuild_hint(name, profile)}") from None
+        except OSError as exc:
+            raise DatasetError(f"{p} cannot be read ({exc.strerror or exc}); {_rebuild_hint(name, profile)}") from None
         if st.st_size != info["bytes"]:
             raise DatasetError(f"{p} is truncated or altered ({st.st_size} bytes, manifest says "
                                f"{info['bytes']}); {_rebuild_hint(name, profile)}")
         if full:
-            k = (str(p), st.st_mtime_ns, st.st_size)
+            # The inode and ctime too: a same-size rewrite can restore its mtime (os.utime), but
+            # any write or utime moves ctime, which no user can set back.
+            k = (str(p), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             if not _VERIFIED.get(k):
-                if _sha256_file(p) != info["sha256"]:
+                try:
+                    digest = _sha256_file(p)
+                except IsADirectoryError:
+                    raise DatasetError(f"{p} is a folder, expected a file; {_rebuild_hint(name, profile)}") from None
+                except OSError as exc:
+                    raise DatasetError(f"{p} cannot be read ({exc.strerror or exc}); "
+                                       f"{_rebuild_hint(name, profile)}") from None
+                if digest != info["sha256"]:
                     raise DatasetError(f"{p} is corrupted (sha256 does not match the manifest); "
                                        f"{_rebuild_hint(name, profile)}")
                 _VERIFIED[k] = True

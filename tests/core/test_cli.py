@@ -97,14 +97,14 @@ def test_data_list_tells_a_damaged_copy_from_a_built_one(tmp_path):
                                  text=True, env=env, check=True).stdout
     subprocess.run([sys.executable, "-m", "labkit.cli", "data", "make", "rmat"], capture_output=True, env=env,
                    check=True)
-    line = next(ln for ln in lst().splitlines() if "built:" in ln and "rmat" in ln)
-    assert "built: ci" in line and "damaged (" not in line
+    line = next(ln for ln in lst().splitlines() if "built (" in ln and "rmat" in ln)
+    assert "built (not verified): ci" in line and "damaged (" not in line
     manifest = json.loads((tmp_path / "rmat" / "ci" / "manifest.json").read_text())
     victim = tmp_path / "rmat" / "ci" / next(iter(manifest["files"].values()))["file"]
     with open(victim, "r+b") as fh:
         fh.truncate(victim.stat().st_size // 2)
-    line = next(ln for ln in lst().splitlines() if "built:" in ln and "rmat" in ln)
-    assert "built: none" in line and "damaged (labkit data make rmat --profile P --force): ci" in line
+    line = next(ln for ln in lst().splitlines() if "built (" in ln and "rmat" in ln)
+    assert "built (not verified): none" in line and "damaged (labkit data make rmat --profile P --force): ci" in line
     # A whole copy of an older layout is damaged too (labkit would refuse to open it), and so is a
     # file where a profile's folder should be.
     subprocess.run([sys.executable, "-m", "labkit.cli", "data", "make", "rmat", "--force"], capture_output=True,
@@ -113,8 +113,8 @@ def test_data_list_tells_a_damaged_copy_from_a_built_one(tmp_path):
     m = json.loads(mpath.read_text())
     mpath.write_text(json.dumps({**m, "version": m["version"] - 1}))
     (tmp_path / "rmat" / "small").write_text("not a folder")
-    line = next(ln for ln in lst().splitlines() if "built:" in ln and "rmat" in ln)
-    assert "built: none" in line and "--force): ci, small" in line
+    line = next(ln for ln in lst().splitlines() if "built (" in ln and "rmat" in ln)
+    assert "built (not verified): none" in line and "--force): ci, small" in line
 
 
 def test_a_manifest_that_is_json_but_not_a_manifest_is_one_line(tmp_path):
