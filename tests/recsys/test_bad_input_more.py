@@ -151,7 +151,7 @@ def test_criteo_tsv_negative_hex_id_is_a_malformed_row_not_a_missing_value(tmp_p
     with pytest.raises(MalformedRow, match=r"d.tsv line 2: field 'C1': id=-5 is not accepted; expected 0 <= id < 100"):
         list(read_criteo_tsv(p, specs, progress=False, on_error="raise"))
     stats = ReadStats()
-    got = list(read_criteo_tsv(p, specs, progress=False, stats=stats))
+    got = list(read_criteo_tsv(p, specs, progress=False, stats=stats, max_bad_share=0.5))
     assert stats.rows == 2 and stats.skipped == 1 and "line 2" in stats.problems[0]
     assert sum(g.batch_size for g in got) == 2
     # hashing fields hash it like any other id
@@ -326,7 +326,7 @@ def test_read_criteo_parquet_refuses_floats_that_are_not_whole(tmp_path, dense, 
     from labkit.recsys.data import read_criteo_parquet
     p = _criteo_parquet(tmp_path / "f.parquet", dense, cat)
     stats = ReadStats()
-    got = list(read_criteo_parquet(p, progress=False, stats=stats))
+    got = list(read_criteo_parquet(p, progress=False, stats=stats, max_bad_share=0.5))
     assert stats.rows == 1 and stats.skipped == 1  # row 2 holds whole floats: read as integers
     assert stats.problems[0].startswith(f"f.parquet row 1: {shown} is not accepted; expected an integer")
     assert got[0].batch_size == 1 and np.allclose(got[0].dense, np.log1p(2.0))

@@ -102,7 +102,7 @@ def test_criteo_tsv_round_trip_and_malformed_rows(tmp_path):
     p.write_text("\n".join(lines) + "\n")
     cspecs = criteo_field_specs(1000, out_of_range="refuse")
     stats = ReadStats()
-    got = list(read_criteo_tsv(p, cspecs, batch_size=32, progress=False, stats=stats))
+    got = list(read_criteo_tsv(p, cspecs, batch_size=32, progress=False, stats=stats, max_bad_share=0.05))
     assert stats.rows == 98 and stats.skipped == 2
     assert "line 5" in stats.problems[0] and "line 10" in stats.problems[1]
     assert sum(g.batch_size for g in got) == 98
@@ -137,7 +137,7 @@ def test_criteo_parquet_reader(tmp_path):
     pq.write_table(pa.table(cols), tmp_path / "d.parquet")
     stats = ReadStats()
     got = list(read_criteo_parquet(tmp_path / "d.parquet", criteo_field_specs(1000, out_of_range="refuse"),
-                                   progress=False, stats=stats))
+                                   progress=False, stats=stats, max_bad_share=0.05))
     assert stats.skipped == 1 and "row 4" in stats.problems[0]
     assert got[0].batch_size == 49
     assert np.array_equal(got[0].field_ids(2)[0][:3], b.field_ids(2)[0][:3])
@@ -204,19 +204,19 @@ def test_readers_warn_about_skipped_rows_without_stats(tmp_path):
     good = "\t".join(["1"] + ["3"] * 13 + ["a"] * 26)
     p = tmp_path / "d.tsv"
     p.write_text("\n".join([good, "2" + good[1:], good, "x"]) + "\n")  # lines 2 and 4 are bad
-    with pytest.warns(SkippedRowsWarning, match=r"d.tsv: skipped 2 malformed row\(s\), the first: d.tsv line 2: "
-                      r"label='2'"):
-        got = list(read_criteo_tsv(p, progress=False))
+    with pytest.warns(SkippedRowsWarning, match=r"d.tsv: skipped 2 malformed row\(s\) of 4 read \(50.00%, within "
+                      r"max_bad_share=0.5\), the first: d.tsv line 2: label='2'"):
+        got = list(read_criteo_tsv(p, progress=False, max_bad_share=0.5))
     assert sum(g.batch_size for g in got) == 2
     stats = ReadStats()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # with stats the caller has the record: no warning
-        list(read_criteo_tsv(p, progress=False, stats=stats))
+        list(read_criteo_tsv(p, progress=False, stats=stats, max_bad_share=0.5))
         clean = tmp_path / "clean.tsv"
         clean.write_text(good + "\n")
         assert len(list(read_criteo_tsv(clean, progress=False))) == 1
     assert stats.skipped == 2
-    it = read_criteo_tsv(p, batch_size=1, progress=False)
+    it = read_criteo_tsv(p, batch_size=1, progress=False, max_bad_share=0.5)
     next(it)
     with pytest.warns(SkippedRowsWarning, match="skipped 1"):  # stopped early: what was skipped so far
         next(it)
@@ -226,7 +226,7 @@ def test_readers_warn_about_skipped_rows_without_stats(tmp_path):
     cols.update({f"C{i + 1}": ["a", "b", "c"] for i in range(26)})
     pq.write_table(pa.table(cols), tmp_path / "d.parquet")
     with pytest.warns(SkippedRowsWarning, match="skipped 1 malformed row.*d.parquet row 2"):
-        got = list(read_criteo_parquet(tmp_path / "d.parquet", progress=False))
+        got = list(read_criteo_parquet(tmp_path / "d.parquet", progress=False, max_bad_share=0.5))
     assert got[0].batch_size == 2
     with pytest.raises(ValueError, match="batch_size=0"):
         list(read_criteo_parquet(tmp_path / "d.parquet", batch_size=0, progress=False))

@@ -201,12 +201,12 @@ def test_readers_drive_a_progress_bar_over_the_whole_input(tmp_path, monkeypatch
     pq.write_table(pa.table(cols), tmp_path / "day.parquet")
     # a real bar, on stderr, named after the file
     with pytest.warns(rdata.SkippedRowsWarning):
-        list(read_criteo_tsv(p, batch_size=2, progress=True))
+        list(read_criteo_tsv(p, batch_size=2, progress=True, max_bad_share=0.5))
     assert "day.tsv" in capfd.readouterr().err
     _Bar.made = []
     monkeypatch.setattr(rdata, "progress_bar", _Bar)
     with pytest.warns(rdata.SkippedRowsWarning):
-        assert sum(b.batch_size for b in read_criteo_tsv(p, batch_size=2, progress=True)) == 3
+        assert sum(b.batch_size for b in read_criteo_tsv(p, batch_size=2, progress=True, max_bad_share=0.5)) == 3
     bar = _Bar.made[-1]
     assert bar.enabled and bar.total == p.stat().st_size and bar.n == bar.total and bar.closed
     assert sum(b.batch_size for b in read_criteo_parquet(tmp_path / "day.parquet", batch_size=2, progress=True)) == 3
