@@ -523,7 +523,8 @@ class DaskWorkerPool:
     """The same stateless part on Dask distributed workers (scale-out backend).
 
     Pass a scheduler `address` ("tcp://host:port") or a `client`; :meth:`local` starts a
-    LocalCluster on 127.0.0.1 that the pool owns and closes. Batches come back through Dask
+    LocalCluster on 127.0.0.1 that the pool owns and closes (TLS with per-run credentials, no HTTP
+    server: :func:`labkit.core.dask_cluster.secure_local_cluster`). Batches come back through Dask
     (pickled); order and exactly-once delivery come from one future per sequence number; Dask
     itself recomputes tasks lost with a worker.
     """
@@ -567,17 +568,17 @@ class DaskWorkerPool:
     @classmethod
     def local(cls, part: Callable[[list[int]], Any], workers: int = 2, **kw: Any) -> "DaskWorkerPool":
         """Start a LocalCluster of `workers` single-threaded processes on 127.0.0.1 and a pool on it."""
-        from distributed import Client, LocalCluster
+        from labkit.core.dask_cluster import secure_client, secure_local_cluster
 
         check_range("workers", workers, 1, 64, integer=True)
         # The pool's own checks, before any process starts (a bad value must not leave a cluster).
         check_range("window", kw.get("window", 8), 1, 1024, integer=True)
         check_range("batch_timeout", kw.get("batch_timeout", 60.0), 0, lo_open=True)
-        cluster = LocalCluster(host="127.0.0.1", n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=40)
+        # TLS with this run's credentials and no HTTP server: no other local process can submit work.
+        cluster = secure_local_cluster(int(workers), silence_logs=40)
         client = None
         try:
-            client = Client(cluster, set_as_default=False)
+            client = secure_client(cluster, set_as_default=False)
             return cls(part, client=client, _cluster=cluster, **kw)
         except BaseException:
             try:

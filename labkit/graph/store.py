@@ -409,13 +409,14 @@ class StoreSampler:
 def local_cluster(n_workers: int, **kw):
     """Return a Dask Client on a new LocalCluster of `n_workers` single-thread processes bound to 127.0.0.1.
 
-    Close it with ``client.close(); client.cluster.close()`` (or use :func:`close_cluster`).
+    The cluster is :func:`labkit.core.dask_cluster.secure_local_cluster`'s: TLS with this run's
+    own credentials and no HTTP server, so no other local process can connect to it or run code
+    in its workers. Close it with ``client.close(); client.cluster.close()`` (or use :func:`close_cluster`).
     """
-    from dask.distributed import Client, LocalCluster
-    cluster = LocalCluster(host="127.0.0.1", n_workers=n_workers, threads_per_worker=1, processes=True,
-                           dashboard_address=None, **kw)
+    from labkit.core.dask_cluster import secure_client, secure_local_cluster
+    cluster = secure_local_cluster(n_workers, **kw)
     try:
-        return Client(cluster, direct_to_workers=True)
+        return secure_client(cluster, direct_to_workers=True)
     except BaseException:
         cluster.close()  # nobody else holds it: do not leave its worker processes behind
         raise
