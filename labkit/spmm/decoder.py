@@ -21,6 +21,7 @@ import torch
 
 from labkit.core.errors import bad_value, check_choice, check_range, check_seed
 from labkit.spmm.baselines import DenseTorch, TiledCSLMatmul
+from labkit.spmm.kernels_cpu import KERNELS
 from labkit.spmm.prune import check_sparsity, random_sparse
 
 LINEAR_KINDS = ("dense", "sparse")
@@ -64,13 +65,49 @@ def check_token_ids(prompt: torch.Tensor, vocab: int) -> torch.Tensor:
     return prompt
 
 
+def _shapes(cfg: DecoderConfig) -> dict[str, tuple[int, int]]:
+    """The (out, in) shape of each linear layer of a block."""
+    d, f = cfg.d_model, cfg.ffn_dim
+    return {"q": (d, d), "k": (d, d), "v": (d, d), "out": (d, d), "fc1": (f, d), "fc2": (d, f)}
+
+
+def check_weights(weights) -> dict:
+    """Return `weights` if it has the structure :func:`random_weights` returns, else raise naming the part.
+
+    (A missing layer or a wrong shape would otherwise fail deep inside the first generated token.)
+    """
+    if not isinstance(weights, dict) or not isinstance(weights.get("config"), DecoderConfig):
+        raise bad_value("weights", type(weights).__name__, "a dict from random_weights() "
+                        "(with 'config': DecoderConfig, 'layers', 'embed', 'pos')")
+    cfg = weights["config"]
+    layers = weights.get("layers")
+    if not isinstance(layers, (list, tuple)) or len(layers) != cfg.n_layers:
+        raise bad_value("weights['layers']", type(layers).__name__, f"a list of n_layers={cfg.n_layers} dicts")
+    parts = [("weights['embed']", weights.get("embed"), (cfg.vocab, cfg.d_model)),
+             ("weights['pos']", weights.get("pos"), (cfg.max_len, cfg.d_model))]
+    for i, lw in enumerate(layers):
+        if not isinstance(lw, dict):
+            raise bad_value(f"weights['layers'][{i}]", type(lw).__name__, "a dict of linear weights and biases")
+        for name, shp in _shapes(cfg).items():
+            parts.append((f"weights['layers'][{i}]['{name}']", lw.get(name), shp))
+            parts.append((f"weights['layers'][{i}]['{name}_bias']", lw.get(name + "_bias"), (shp[0],)))
+    for arg, t, shp in parts:
+        if (not isinstance(t, torch.Tensor) or tuple(t.shape) != shp or not t.dtype.is_floating_point
+                or t.device.type != "cpu"):
+            shown = f"{t.dtype}{tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise bad_value(arg, shown, f"a floating CPU tensor of shape {shp}")
+    return weights
+
+
 def random_weights(cfg: DecoderConfig, sparsity: float, *, seed: int = 0) -> dict:
     """Return seeded decoder weights; the six linear layers of every block pruned to `sparsity`."""
+    if not isinstance(cfg, DecoderConfig):
+        raise bad_value("cfg", type(cfg).__name__, "a DecoderConfig")
     check_sparsity(sparsity)
     seed = check_seed(seed, bits=64)
     g = torch.Generator().manual_seed(seed)
-    d, f = cfg.d_model, cfg.ffn_dim
-    shapes = {"q": (d, d), "k": (d, d), "v": (d, d), "out": (d, d), "fc1": (f, d), "fc2": (d, f)}
+    d = cfg.d_model
+    shapes = _shapes(cfg)
     layers = []
     for i in range(cfg.n_layers):
         lw = {}
@@ -93,11 +130,13 @@ class Decoder:
         their weights' type (bf16, Tiled-CSL's value type; fp32 is what a CPU without native
         bf16 matmul runs faster once the batch passes 1)."""
         check_choice("linear", linear, LINEAR_KINDS)
+        check_choice("kernel", kernel, KERNELS)
+        check_choice("dense_call", dense_call, ("matmul", "linear"))
         check_choice("dense_dtype", dense_dtype, (torch.bfloat16, torch.float32))
         if linear != "dense" and dense_dtype != torch.bfloat16:
             raise bad_value("dense_dtype", dense_dtype, "torch.bfloat16 (the default) unless linear='dense' "
                             "(Tiled-CSL layers hold bf16 values)")
-        self.cfg: DecoderConfig = weights["config"]
+        self.cfg: DecoderConfig = check_weights(weights)["config"]
         self.linear = linear
         self.embed, self.pos = weights["embed"], weights["pos"]
         self.layers = []

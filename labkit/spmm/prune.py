@@ -41,13 +41,18 @@ def magnitude_prune(weight: torch.Tensor, sparsity: float, *, granularity: str =
 
     granularity "matrix" ranks all entries together; "row" prunes every row to the same count
     (what a kernel that balances work per row would want). Ties at the threshold are broken by
-    position so exactly round(sparsity * n) entries are zeroed.
+    position so exactly round(sparsity * n) entries are zeroed. `weight` is a real (floating or
+    integer) 2-D tensor, any strides; NaN entries rank above every number (they are kept) and
+    +-inf as the largest magnitudes.
     """
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
         raise bad_value("weight", getattr(weight, "shape", type(weight).__name__), "a 2-D torch.Tensor")
+    if weight.dtype == torch.bool or weight.dtype.is_complex:
+        raise bad_value("weight.dtype", weight.dtype, "a real dtype (floating or integer): magnitudes rank it")
     check_sparsity(sparsity)
     check_choice("granularity", granularity, GRANULARITIES)
-    w = weight.detach().clone()
+    # contiguous, so the flat view below exists for a transposed or sliced weight too
+    w = weight.detach().clone(memory_format=torch.contiguous_format)
     mag = w.abs().float()
     if granularity == "matrix":
         n_zero = int(round(sparsity * w.numel()))
