@@ -10,6 +10,9 @@ from pathlib import Path
 from labkit.core.errors import LabkitError
 from labkit.core.profiles import PROFILES
 
+LAB_PORT = 8888  # `labkit lab` serves on the first free port from this one when --port is not given
+LAB_URL = "/lab/tree/notebooks/00_tour.ipynb"
+
 PROFILE_HELP = "size: ci (seconds, what the tests use), small (where the targets are measured), large (an afternoon); default ci"
 
 EPILOG = """examples:
@@ -207,7 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
                   "Start JupyterLab from this clone, bound to 127.0.0.1 (never all interfaces), "
                   "opening the tour notebook. Stop it with Ctrl-C.",
                   "  labkit lab\n  labkit lab --port 8890 --no-browser\n")
-    lab.add_argument("--port", type=_port, default=8888, help="port to listen on, 1-65535 (default 8888)")
+    lab.add_argument("--port", type=_port, default=None,
+                     help=f"port to listen on, 1-65535; a busy one is refused (default: the first free one "
+                          f"from {LAB_PORT})")
     lab.add_argument("--no-browser", action="store_true", help="do not open a browser")
 
     data = command("data", "list or build datasets",
@@ -498,17 +503,53 @@ def _data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Return whether `port` on `host` can be listened on now (as Jupyter's server would bind it)."""
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As the server sets it: a port left in TIME_WAIT by a closed server is free, not busy.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            s.listen(1)
+        except OSError:
+            return False
+    return True
+
+
+def _lab_port(port: int | None, retries: int = 50) -> int:
+    """Return the port `labkit lab` serves on: `port` if given and free, else the first free one from LAB_PORT.
+
+    A given port that is busy is refused (Jupyter would move to the next one without saying so).
+    """
+    if port is not None:
+        if not _port_free(port):
+            raise LabkitError(f"--port={port} is not accepted; 127.0.0.1:{port} is already in use by another "
+                              f"program: choose a free port, or leave out --port to use the first free one "
+                              f"from {LAB_PORT}")
+        return port
+    for p in range(LAB_PORT, min(65535, LAB_PORT + retries) + 1):
+        if _port_free(p):
+            return p
+    raise LabkitError(f"no free port from {LAB_PORT} to {LAB_PORT + retries} on 127.0.0.1; pass --port a free one")
+
+
 def _lab(args: argparse.Namespace) -> int:
     root = Path(__file__).resolve().parents[1]
     nb_dir = root / "notebooks"
     if not nb_dir.is_dir():
         raise LabkitError(f"no notebooks/ folder next to the labkit package ({root}); run from a clone")
-    cmd = [sys.executable, "-m", "jupyterlab", "--ip=127.0.0.1", f"--port={args.port}",
-           f"--ServerApp.root_dir={root}", "--ServerApp.default_url=/lab/tree/notebooks/00_tour.ipynb"]
+    port = _lab_port(args.port)
+    # port_retries=0: should the port be taken between the check and the server's bind, the server
+    # stops rather than serving on another port than the one printed here.
+    cmd = [sys.executable, "-m", "jupyterlab", "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
+           f"--ServerApp.root_dir={root}", f"--ServerApp.default_url={LAB_URL}"]
     if args.no_browser:
         cmd.append("--no-browser")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
+    print(f"labkit: serving JupyterLab at http://127.0.0.1:{port}{LAB_URL} (the token is in the server's log below)",
+          file=sys.stderr, flush=True)
     os.execv(sys.executable, cmd)
     return 0  # pragma: no cover
 

@@ -408,3 +408,37 @@ def test_bench_refuses_the_recsys_large_profile_on_one_line_when_memory_is_short
     assert err.startswith("labkit: error: labkit bench recsys --profile large needs about "), err
     assert "GiB of memory; this machine has 4.0 GiB available (" in err and err.endswith(
         "close other programs or run a smaller --profile"), err
+
+
+def test_lab_refuses_a_busy_port_instead_of_serving_on_the_next_one():
+    """Issue 33 item 11: `labkit lab --port N` silently served on N+1 when N was busy."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "labkit.cli", "lab", "--port", str(port), "--no-browser"],
+                           capture_output=True, text=True, timeout=120)
+    one_line_error(r, f"--port={port}", "already in use")
+
+
+def test_lab_without_a_port_serves_on_the_first_free_one_and_says_which(monkeypatch, capsys):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        busy = s.getsockname()[1]
+        monkeypatch.setattr(cli, "LAB_PORT", busy)
+        ran = []
+
+        def execv(path, cmd):
+            ran.append(cmd)
+            raise SystemExit(0)  # in place of the server: nothing is started
+
+        monkeypatch.setattr(cli.os, "execv", execv)
+        with pytest.raises(SystemExit):
+            cli.main(["lab", "--no-browser"])
+    [cmd] = ran
+    port = next(int(a.split("=", 1)[1]) for a in cmd if a.startswith("--port="))
+    assert port > busy and "--ServerApp.port_retries=0" in cmd
+    assert f"http://127.0.0.1:{port}/lab/tree/notebooks/00_tour.ipynb" in capsys.readouterr().err
