@@ -20,16 +20,22 @@ from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
 from torch_geometric.typing import EdgeTensorType
 
 from labkit.core.errors import bad_value, check_range, check_seed
+from labkit.graph.checks import check_labels
 from labkit.graph.csr import CSR, build_csr
 from labkit.graph.sampling import NeighborSampler, check_fanouts
 from labkit.graph.store import StoreSampler
 
 
 class StoreFeatureStore(FeatureStore):
-    """Read-only FeatureStore over a labkit store's features ("x") and a label array ("y")."""
+    """Read-only FeatureStore over a labkit store's features ("x") and a label array ("y").
 
-    def __init__(self, store, labels: np.ndarray | None = None) -> None:
+    The labels are checked once here: class ids >= 0 (and < `num_classes` when given), one per node.
+    """
+
+    def __init__(self, store, labels: np.ndarray | None = None, *, num_classes: int | None = None) -> None:
         super().__init__()
+        if labels is not None:
+            labels = check_labels(labels, store.num_nodes, num_classes)
         self.store, self.labels = store, labels
         self.num_nodes = store.num_nodes
 
@@ -183,7 +189,8 @@ def train_sage_nodeloader(g, epochs: int = 2, fanouts=(10, 5), batch_size: int =
                               or getattr(store, "num_nodes", None) != g.csc.num_nodes):
         raise bad_value("store", type(store).__name__, f"None or a labkit store over g.csc ({g.csc.num_nodes} "
                         "nodes, with g.features), e.g. PartitionedStore(g.csc, partition(g.csc, 4), g.features)")
-    fs = StoreFeatureStore(LocalStore(g.csr, g.features) if store is None else store, g.labels)
+    fs = StoreFeatureStore(LocalStore(g.csr, g.features) if store is None else store, g.labels,
+                           num_classes=g.num_classes)
     gs = CSRGraphStore(g.csc)  # the loader's GraphStore; sampling below does not read it
     graph = g.csc if store is None else store
     loader = NodeLoader((fs, gs), node_sampler=LabkitNeighborSampler(graph, fanouts, seed=seed),

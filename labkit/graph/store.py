@@ -30,6 +30,7 @@ from numba import njit
 
 from labkit.core.arrays import unique
 from labkit.core.errors import LabkitError, bad_value, check_choice
+from labkit.graph.checks import check_features, check_labels
 from labkit.graph.csr import CSR, check_node_ids
 from labkit.graph.importance import NeighborCache, gather_lists
 from labkit.graph.importance import _split as _split_hits
@@ -74,16 +75,6 @@ class FetchStats:
         self.wait_s = 0.0
 
 
-def _check_rows_per_node(arg: str, a: np.ndarray | None, num_nodes: int, ndim: int | None = None) -> None:
-    """Raise unless `a` (when given) has one row per node (and `ndim` dimensions, when stated)."""
-    if a is None:
-        return
-    shape = np.shape(a)
-    if (ndim is not None and len(shape) != ndim) or not shape or shape[0] != num_nodes:
-        want = f"{num_nodes} rows (one per node of the graph)" + (f", {ndim}-d" if ndim else "")
-        raise bad_value(arg, f"array of shape {shape}", want)
-
-
 def _check_cache(cache: NeighborCache | None, num_nodes: int) -> None:
     if cache is not None and len(cache.slot) != num_nodes:
         raise bad_value("cache", f"a NeighborCache over {len(cache.slot)} nodes",
@@ -91,11 +82,19 @@ def _check_cache(cache: NeighborCache | None, num_nodes: int) -> None:
 
 
 class LocalStore:
-    """The whole graph in this process: out-neighbour lists, node features and labels."""
+    """The whole graph in this process: out-neighbour lists, node features and labels.
 
-    def __init__(self, csr: CSR, features: np.ndarray | None = None, labels: np.ndarray | None = None) -> None:
-        _check_rows_per_node("features", features, csr.num_nodes)
-        _check_rows_per_node("labels", labels, csr.num_nodes)
+    Features must be a 2-d array of finite numbers, one row per node (ints cast to float32), and
+    labels class ids in [0, num_classes) (>= 0 when num_classes is not given): both are checked
+    here, once (:mod:`labkit.graph.checks`), so a NaN or a bad label never reaches training.
+    """
+
+    def __init__(self, csr: CSR, features: np.ndarray | None = None, labels: np.ndarray | None = None, *,
+                 num_classes: int | None = None) -> None:
+        if features is not None:
+            features = check_features(features, csr.num_nodes)
+        if labels is not None:
+            labels = check_labels(labels, csr.num_nodes, num_classes)
         self.csr, self.x, self.labels = csr, features, labels
         self.num_nodes = csr.num_nodes
         self.stats = FetchStats()
@@ -152,18 +151,24 @@ def _place(out_ptr, pos, ptr, nbrs, out):
 
 
 class PartitionedStore:
-    """Partitions served by PartitionServers (in-process or Dask actors), with an optional importance cache."""
+    """Partitions served by PartitionServers (in-process or Dask actors), with an optional importance cache.
+
+    Features and labels are checked as :class:`LocalStore` checks them, before anything is shipped.
+    """
 
     def __init__(self, csr: CSR, partitioning: Partitioning, features: np.ndarray | None = None, *,
                  backend: str = "embedded", client=None, cache: NeighborCache | None = None,
-                 labels: np.ndarray | None = None) -> None:
+                 labels: np.ndarray | None = None, num_classes: int | None = None) -> None:
         check_choice("backend", backend, BACKENDS)
         if backend == "dask" and client is None:
             raise bad_value("client", None, "a dask.distributed.Client when backend='dask' "
                             "(see labkit.graph.store.local_cluster)")
         n = csr.num_nodes
-        _check_rows_per_node("features", features, n, ndim=2)
-        _check_rows_per_node("labels", labels, n)
+        # Checked here, before any partition is cut or shipped to a worker (as LocalStore checks them).
+        if features is not None:
+            features = check_features(features, n)
+        if labels is not None:
+            labels = check_labels(labels, n, num_classes)
         if len(partitioning.owner) != n:
             raise bad_value("partitioning", f"a Partitioning of {len(partitioning.owner)} vertices",
                             f"one of this graph's {n} vertices (partition(csr, ...) of the same csr)")

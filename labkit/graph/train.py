@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from labkit.core.errors import check_range
+from labkit.graph.checks import check_labels
 from labkit.graph.sampling import MultiHopSample
 from labkit.graph.traverse import batch_stream, check_epoch, node_batches
 
@@ -40,6 +41,23 @@ def edge_index(sample: MultiHopSample) -> torch.Tensor:
     return torch.from_numpy(np.stack([src, dst]))
 
 
+def _out_dim(model: torch.nn.Module) -> int | None:
+    """Return the number of classes `model` scores (its last layer's width), or None if it cannot be told."""
+    convs = getattr(model, "convs", None)
+    last = convs[-1] if isinstance(convs, torch.nn.ModuleList) and len(convs) else None
+    width = getattr(last, "out_channels", None)
+    return int(width) if isinstance(width, int) else None
+
+
+def _checked_labels(model: torch.nn.Module, labels, ids, arg_ids: str) -> np.ndarray:
+    """Return `labels` after checking the entries `ids` reads are class ids the model scores, else raise.
+
+    One vectorised pass over those ids, before any step: a label of -1 or past the model's
+    classes would otherwise fail inside torch (or, unchecked, train on garbage).
+    """
+    return check_labels(labels, None, _out_dim(model), ids=ids, ids_arg=arg_ids)
+
+
 @dataclass
 class EpochResult:
     """One epoch: seconds in each stage, mean loss, and batches."""
@@ -55,8 +73,13 @@ class EpochResult:
 def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, sampler, store, train_ids: np.ndarray,
                 labels: np.ndarray, fanouts: list[int], batch_size: int, *, epoch: int = 0,
                 seed: int = 0, max_batches: int | None = None) -> EpochResult:
-    """Train one epoch of shuffled mini-batches: sample through `sampler`, gather features from `store`."""
+    """Train one epoch of shuffled mini-batches: sample through `sampler`, gather features from `store`.
+
+    `labels` must hold a class id in [0, classes of the model) for every id of `train_ids` (checked
+    before the first step); leave unlabelled nodes out of `train_ids`.
+    """
     epoch = check_epoch(epoch)  # batch b draws stream batch_stream(epoch, b)
+    labels = _checked_labels(model, labels, train_ids, "train_ids")
     model.train()
     t_s = t_g = t_t = 0.0
     losses = []
@@ -85,7 +108,8 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, sampler, sto
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, sampler, store, ids: np.ndarray, labels: np.ndarray, fanouts: list[int],
              batch_size: int = 1024, *, seed: int = 1) -> float:
-    """Return the accuracy of `model` on `ids` (sampled neighbourhoods, fixed seed)."""
+    """Return the accuracy of `model` on `ids` (sampled neighbourhoods, fixed seed); labels checked as in train_epoch."""
+    labels = _checked_labels(model, labels, ids, "ids")
     model.eval()
     correct = 0
     for b, seeds in enumerate(node_batches(ids, batch_size, shuffle=False)):
