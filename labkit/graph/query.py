@@ -8,7 +8,16 @@
 ``values()`` returns an iterable over one epoch of batches; each batch is a
 :class:`QueryResult` with one id array per step: the seeds (shape [b]), then each hop's
 neighbours (shape [previous size, k], padded with -1 where a vertex has fewer than k) and
-negatives from ``outNeg(...)``. Steps apply to the output of the previous step, as in GSL.
+negatives from ``outNeg(...)`` (-1 where a vertex links to every candidate, counted in
+``capped_negatives``). Steps apply to the output of the previous step, as in GSL; a -1 slot
+is no vertex and is not expanded.
+
+``by("full")`` returns every neighbour: a :class:`Ragged` (``offsets`` and ``values``, as PyG
+and DGL return full neighbourhoods), one row per entry of the previous step, never a dense array
+padded to the largest row; the next step expands only its real ids (``values``). Every step's
+output is sized before it is allocated: a result past the query's limit (:data:`RESULT_LIMIT`,
+or :meth:`Query.limit`) is refused with :class:`~labkit.core.memory.BudgetExceeded` naming the
+size.
 An ``E()`` batch is b edges: sources and destinations (both shape [b]) then the steps, which
 walk on from the destinations; its ``edge_ids`` and ``weights`` give each edge's id and weight,
 ``edge_attrs`` its typed attributes.
@@ -27,6 +36,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from labkit.core.errors import bad_value, check_range, check_seed
+from labkit.core.memory import BudgetExceeded, MemoryBudget, fmt_bytes, parse_bytes
+from labkit.graph.checks import check_features
 from labkit.graph.csr import CSR, build_csr, check_node_ids
 from labkit.graph.negative import negative_sample
 from labkit.graph.sampling import AliasTable, sample_neighbors, sample_weighted, topk_neighbors
@@ -35,6 +46,66 @@ from labkit.graph.traverse import batch_stream, check_epoch, edge_batches, node_
 #: Strategies accepted by ``.by(...)`` after ``outV``/``inV``, and after ``outNeg``.
 HOP_STRATEGIES = ("random", "random_without_replacement", "edge_weight", "topk", "in_degree", "full")
 NEG_STRATEGIES = ("random", "in_degree")
+
+
+#: The most bytes one query's result (all its steps' arrays) may take unless Query.limit() says
+#: otherwise: a two-hop full neighbourhood of a batch with hubs can reach billions of ids.
+RESULT_LIMIT = 1 << 30
+
+
+@dataclass
+class Ragged:
+    """Rows of different lengths: row i is ``values[offsets[i]:offsets[i + 1]]`` (int64 ids).
+
+    The result type of ``by("full")``: memory is one id per real neighbour plus one offset per
+    row, however skewed the degrees are. :meth:`lists` gives one array per row, :meth:`padded` a
+    dense [rows, longest row] view filled with -1 (sized and refused past `limit` first).
+    """
+
+    offsets: np.ndarray
+    values: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Return each row's length (int64)."""
+        return np.diff(self.offsets)
+
+    @property
+    def nbytes(self) -> int:
+        """Return the bytes held (offsets and values)."""
+        return self.offsets.nbytes + self.values.nbytes
+
+    def row(self, i: int) -> np.ndarray:
+        """Return row `i`'s ids (a view)."""
+        check_range("i", i, 0, len(self) - 1, integer=True)
+        return self.values[self.offsets[i]:self.offsets[i + 1]]
+
+    def lists(self) -> list[np.ndarray]:
+        """Return one array of ids per row (views into ``values``)."""
+        return np.split(self.values, self.offsets[1:-1]) if len(self) else []
+
+    def padded(self, fill: int = -1, *, limit: int | str = RESULT_LIMIT) -> np.ndarray:
+        """Return a dense [rows, longest row] int64 copy, short rows filled with `fill`; refused past `limit` bytes."""
+        counts = self.counts
+        width = int(counts.max()) if len(counts) else 0
+        need = len(self) * width * 8
+        cap = parse_bytes(limit, "limit")
+        if need > cap:
+            raise BudgetExceeded(f"padded={fmt_bytes(need)} ({len(self):,} rows x {width:,}) is not accepted; "
+                                 f"expected at most limit={fmt_bytes(cap)} (use lists() or offsets/values, "
+                                 "which hold only the real ids)")
+        out = np.full((len(self), width), fill, np.int64)
+        r = np.repeat(np.arange(len(self)), counts)
+        out[r, np.arange(len(self.values)) - np.repeat(self.offsets[:-1], counts)] = self.values
+        return out
+
+
+def _flat(ids) -> np.ndarray:
+    """Return the entries a step's output hands to the next step: a Ragged's values, else the array flattened."""
+    return ids.values if isinstance(ids, Ragged) else ids.reshape(-1)
 
 
 @dataclass
@@ -113,6 +184,8 @@ class Graph:
                   attrs: dict | None = None) -> "Graph":
         """Declare `num_nodes` nodes of `node_type` (ids 0..num_nodes-1), with optional features and attributes.
 
+        `features` must be a 2-d array of finite numbers, one row per node (ints cast to float32).
+
         `attrs` maps attribute names to arrays of any dtype (ints, floats, strings) with one row per
         node; they are kept apart from the topology and read with :meth:`node_attributes`.
 
@@ -123,10 +196,8 @@ class Graph:
             raise bad_value("node_type", node_type, f"a node type not declared yet ({node_type!r} already has "
                             f"{self.node_types[node_type]} nodes; build a new Graph to change it)")
         check_range("num_nodes", num_nodes, 1, integer=True)
-        if features is not None and not hasattr(features, "__len__"):
-            raise bad_value("features", type(features).__name__, f"None or an array of {num_nodes} rows (one per node)")
-        if features is not None and len(features) != num_nodes:
-            raise bad_value("features", f"{len(features)} rows", f"{num_nodes} rows (one per node)")
+        if features is not None:  # 2-d, numeric, finite (labkit.graph.checks): they may feed training
+            features = check_features(features, int(num_nodes))
         attrs = _check_attrs(attrs, int(num_nodes), f"{node_type!r} node")
         self.node_types[node_type] = int(num_nodes)
         self.node_features[node_type] = features
@@ -220,15 +291,43 @@ class QueryResult:
     ``edge_attrs`` their attributes ({name: rows}, empty when the edge type has none).
     """
 
-    ids: list[np.ndarray]
+    ids: list  # np.ndarray, or Ragged for a by("full") step
     types: list[str]
     capped_negatives: int = 0
     edge_ids: np.ndarray | None = None
     weights: np.ndarray | None = None
     edge_attrs: dict | None = None
+    start: int = 0  # the entry the steps walk from: 0 for V(), 1 (the destinations) for E()
 
-    def __getitem__(self, i: int) -> np.ndarray:
+    def __getitem__(self, i: int):
         return self.ids[i]
+
+    @property
+    def nbytes(self) -> int:
+        """Return the bytes every step's ids hold."""
+        return sum(a.nbytes for a in self.ids)
+
+    def per_seed(self, i: int) -> list[np.ndarray]:
+        """Return, for each start vertex (seed, or edge destination for E()), the real ids step `i` reached from it.
+
+        -1 slots are left out, so a seed's list is its true multiset of ids at that step
+        (e.g. its full 2-hop neighbourhood after two ``by("full")`` hops).
+        """
+        check_range("i", i, self.start, len(self.ids) - 1, integer=True)
+        owner = np.arange(len(self.ids[self.start]), dtype=np.int64)
+        for j in range(self.start + 1, i + 1):
+            a = self.ids[j]
+            if isinstance(a, Ragged):
+                owner = np.repeat(owner, a.counts)
+            else:
+                owner = np.repeat(owner, a.shape[1] if a.ndim == 2 else 1)
+        flat = _flat(self.ids[i])
+        keep = flat >= 0
+        flat, owner = flat[keep], owner[keep]
+        order = np.argsort(owner, kind="stable")
+        bounds = np.searchsorted(owner[order], np.arange(len(self.ids[self.start]) + 1))
+        vals = flat[order]
+        return [vals[bounds[k]:bounds[k + 1]] for k in range(len(bounds) - 1)]
 
 
 class Query:
@@ -240,7 +339,24 @@ class Query:
     def __init__(self, graph: Graph, node_type: str, edge_type: str | None = None) -> None:
         self.g, self.node_type, self.edge_type = graph, node_type, edge_type
         self._batch, self._shuffle, self._seed, self._epoch = 64, False, 0, 0
+        self._limit: int | MemoryBudget = RESULT_LIMIT
         self.steps: list[_Step] = []
+
+    def limit(self, nbytes) -> "Query":
+        """Cap this query's result at `nbytes` (an int, '2GiB') or a MemoryBudget's free bytes at run time."""
+        self._limit = nbytes if isinstance(nbytes, MemoryBudget) else parse_bytes(nbytes, "nbytes")
+        return self
+
+    def _reserve(self, held: int, nbytes: int, h: int, s: "_Step", n: int) -> int:
+        """Return `held` + `nbytes` if a step of `nbytes` fits the query's limit, else raise naming the sizes."""
+        cap = self._limit.free if isinstance(self._limit, MemoryBudget) else self._limit
+        if held + nbytes > cap:
+            what = f"{s.kind}({s.edge_type!r}).by({s.by!r})" + ("" if s.by == "full" else f" sample({s.k})")
+            raise BudgetExceeded(
+                f"step {h + 1}={what} is not accepted; expected a result within the query limit of "
+                f"{fmt_bytes(cap)}: on {n:,} ids it would return {fmt_bytes(nbytes)} (after {fmt_bytes(held)} "
+                "held by earlier steps); use a smaller batch(), sample(k) in place of 'full', or Query.limit()")
+        return held + nbytes
 
     def batch(self, size: int) -> "Query":
         check_range("batch", size, 1, integer=True)
@@ -321,21 +437,27 @@ class Query:
         """Run the steps from the destinations of the edges at CSR positions `pos`."""
         e = self.g.edge_types[self.edge_type]
         res = self._walk([src, dst], [e.src_type, e.dst_type], seed, stream)
+        res.start = 1
         res.edge_ids, res.weights = e.csr.eid[pos], None if e.weights is None else e.weights[pos]
         res.edge_attrs = {k: v[res.edge_ids] for k, v in e.attrs.items()}
         return res
 
-    def _walk(self, ids: list[np.ndarray], types: list[str], seed: int, stream: int) -> QueryResult:
-        """Run the steps from ``ids[-1]`` (of type ``types[-1]``), appending each step's output."""
+    def _walk(self, ids: list, types: list[str], seed: int, stream: int) -> QueryResult:
+        """Run the steps from ``ids[-1]`` (of type ``types[-1]``), appending each step's output.
+
+        Each step is sized before it allocates; padding (-1) is never expanded.
+        """
         g = self.g
         cur = ids[-1]
         capped = 0
+        held = sum(a.nbytes for a in ids)
         for h, s in enumerate(self.steps):
             e = g.edge_types[s.edge_type]
-            flat = cur.reshape(-1)
+            flat = _flat(cur)
             valid = np.flatnonzero(flat >= 0)
             rows = flat[valid]
             if s.kind == "outNeg":
+                held = self._reserve(held, len(flat) * s.k * 8, h, s, len(flat))
                 # Uniform draws come from the destination type's ids, not the max of both types'.
                 neg = negative_sample(e.csr, rows, s.k, by=s.by, seed=seed, stream=stream * 64 + h,
                                       num_dst=g.node_types[e.dst_type])
@@ -345,14 +467,25 @@ class Query:
                 t = e.dst_type
             else:
                 topo = e.csr if s.kind == "outV" else e.csc
-                ptr, eid = self._sample(e, topo, s, rows, seed, stream * 64 + h)
-                counts = np.diff(ptr)
-                width = int(counts.max()) if s.by == "full" and len(counts) else s.k
-                out = np.full((len(flat), width), -1, np.int64)
-                r = np.repeat(valid, counts)
-                c = np.arange(len(eid)) - np.repeat(ptr[:-1], counts)
-                out[r, c] = topo.indices[eid]
                 t = e.dst_type if s.kind == "outV" else e.src_type
+                if s.by == "full":
+                    deg = topo.indptr[rows + 1] - topo.indptr[rows]
+                    total = int(deg.sum())
+                    held = self._reserve(held, (total + len(flat) + 1) * 8, h, s, len(flat))
+                    counts = np.zeros(len(flat), np.int64)
+                    counts[valid] = deg
+                    offsets = np.zeros(len(flat) + 1, np.int64)
+                    np.cumsum(counts, out=offsets[1:])
+                    _, eid = self._sample(e, topo, s, rows, seed, stream * 64 + h)
+                    out = Ragged(offsets, topo.indices[eid].astype(np.int64))
+                else:
+                    held = self._reserve(held, len(flat) * s.k * 8, h, s, len(flat))
+                    ptr, eid = self._sample(e, topo, s, rows, seed, stream * 64 + h)
+                    counts = np.diff(ptr)
+                    out = np.full((len(flat), s.k), -1, np.int64)
+                    r = np.repeat(valid, counts)
+                    c = np.arange(len(eid)) - np.repeat(ptr[:-1], counts)
+                    out[r, c] = topo.indices[eid]
             ids.append(out)
             types.append(t)
             cur = out
