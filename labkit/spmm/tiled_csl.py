@@ -156,7 +156,7 @@ class TiledCSL:
         bad, nnz = _check_words(self.words, toff, self.row_nnz, tr, tc, self.col_bits, shape[0], shape[1], gc)
         if bad >= 0:
             raise bad_value(f"words[{bad}]", f"{int(self.words[bad]):#010x}", "a word whose location lies "
-                            "in its own tile row and inside the matrix")
+                            "in its own tile row and inside the matrix, after its row's previous non-zero")
         if not _is_int(self.nnz) or self.nnz != nnz:
             raise bad_value("nnz", self.nnz, f"{nnz} (the words with a non-zero value)")
 
@@ -331,7 +331,12 @@ def _fill(bits, tr, tc, pad, tile_offsets, words, overrun):
 
 @njit(cache=True)
 def _check_words(words, toff, row_nnz, tr, tc, cbits, m, k, gc):
-    """Return (index of the first word outside its tile row or the matrix, or -1; non-zero words)."""
+    """Return (index of the first word outside its tile row or the matrix, or out of column order,
+    or -1; the count of non-zero words).
+
+    A row's non-zero words must have strictly increasing columns: a repeated location would be
+    summed by the kernels but overwritten by decode, so the two would disagree.
+    """
     cmask = (1 << cbits) - 1
     nnz = 0
     for t in range(toff.shape[0] - 1):
@@ -340,12 +345,17 @@ def _check_words(words, toff, row_nnz, tr, tc, cbits, m, k, gc):
         width = min(tc, k - c0)
         p = toff[t]
         for r in range(tr):
+            last = -1
             for _ in range(np.int64(row_nnz[t, r])):
                 w = words[p]
                 loc = np.int64(w & np.uint32(0xFFFF))
-                if (loc >> cbits) != r or (loc & cmask) >= width or r0 + r >= m:
+                col = loc & cmask
+                if (loc >> cbits) != r or col >= width or r0 + r >= m:
                     return p, nnz
                 if w >> np.uint32(16):
+                    if col <= last:
+                        return p, nnz
+                    last = col
                     nnz += 1
                 p += 1
     return -1, nnz
