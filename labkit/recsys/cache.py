@@ -43,7 +43,7 @@ class CachePlan:
         only its head: the budget goes where the hits are.
         """
         total = int(sum(c.shape[0] for c in counts))
-        check_range("capacity", capacity, 0, total, integer=True)
+        capacity = int(check_range("capacity", capacity, 0, total, integer=True))  # 2.0 is 2: argpartition takes ints
         if capacity == 0:
             return cls([np.zeros(0, np.int64) for _ in counts], 0, total)
         flat = np.concatenate([np.asarray(c, np.int64) for c in counts])

@@ -173,6 +173,7 @@ class JaggedBatch:
     labels: np.ndarray  # float32 [B]
     offsets: np.ndarray = field(init=False, repr=False)
     _single_hot: bool | None = field(init=False, repr=False, default=None)
+    _tops: np.ndarray | None = field(init=False, repr=False, default=None, compare=False)
 
     def __post_init__(self) -> None:
         # Every array is checked for shape and kind here (cheap, vectorised): a negative length or
@@ -223,6 +224,20 @@ class JaggedBatch:
     @property
     def n_fields(self) -> int:
         return len(self.keys)
+
+    def field_tops(self) -> np.ndarray:
+        """Return the largest id of each field as uint64 (a negative id reads as >= 2**63; an empty
+        field as 0), computed once per batch: one vectorised pass over the ids."""
+        if self._tops is None:
+            b, nf = self.batch_size, len(self.keys)
+            tops = np.zeros(nf, np.uint64)
+            if self.values.size:
+                # Fields with ids start strictly increasing, and each one's ids run up to the next one's start.
+                starts = self.offsets[0:nf * b:b]
+                full = np.flatnonzero(self.offsets[b:nf * b + 1:b] > starts)
+                tops[full] = np.maximum.reduceat(self.values.view(np.uint64), starts[full])
+            self._tops = tops
+        return self._tops
 
     def field_ids(self, f: int) -> tuple[np.ndarray, np.ndarray]:
         """Return (ids, offsets relative to them, length B+1) of field index `f`."""
@@ -327,12 +342,8 @@ def check_ids(specs: Sequence[FieldSpec], batch: JaggedBatch) -> JaggedBatch:
         return batch
     # One pass over the ids: the largest id of each field, as unsigned (a negative id reads as
     # >= 2**63, so one comparison with the cardinality catches both ends).
-    # Fields with ids start strictly increasing, and each one's ids run up to the next one's start.
-    starts = batch.offsets[0:nf * b:b]
-    full = np.flatnonzero(batch.offsets[b:nf * b + 1:b] > starts)
-    top = np.maximum.reduceat(values.view(np.uint64), starts[full])
     cards = np.fromiter((s.cardinality for s in specs), np.uint64, nf)
-    bad_fields = full[top >= cards[full]]
+    bad_fields = np.flatnonzero(batch.field_tops() >= cards)
     for f in bad_fields:
         s = specs[f]
         lo, hi = batch.offsets[f * b], batch.offsets[(f + 1) * b]
@@ -349,6 +360,30 @@ def check_ids(specs: Sequence[FieldSpec], batch: JaggedBatch) -> JaggedBatch:
     if values is batch.values:
         return batch
     return JaggedBatch(batch.keys, values, batch.lengths, batch.dense, batch.labels)
+
+
+def check_fits(batch: JaggedBatch, cardinalities: Sequence[int], arg: str = "batch") -> JaggedBatch:
+    """Return `batch` if it has a field for each table size in `cardinalities` (field f is looked up
+    in a table of ``cardinalities[f]`` rows) and every id fits its table, else raise BadBatch.
+
+    The embedding modules call this before their kernels, which do not bounds-check: an id out of
+    range must be an error naming the field, not a read outside the table. O(fields) for a batch
+    that :func:`check_ids` has checked (its per-field largest ids are kept on the batch).
+    """
+    if not isinstance(batch, JaggedBatch):
+        raise bad_value(arg, type(batch).__name__, "a JaggedBatch", exc=BadBatch)
+    nf = len(cardinalities)
+    if batch.n_fields < nf:
+        raise bad_value(f"{arg}.keys", batch.keys, f"{nf} fields, one per table of the embeddings", exc=BadBatch)
+    cards = np.asarray(cardinalities, np.uint64)
+    bad = np.flatnonzero(batch.field_tops()[:nf] >= cards)
+    if bad.size:
+        f = int(bad[0])
+        ids = batch.field_ids(f)[0]
+        v = int(ids[np.argmax(ids.view(np.uint64) >= cards[f])])
+        raise bad_value(f"{arg} field {batch.keys[f]!r}: id", v, f"0 <= id < {int(cards[f])} (the rows of its table; "
+                        "check_ids hashes or refuses such ids as the field spec says)", exc=BadBatch)
+    return batch
 
 
 def _check_labels_dense(batch: JaggedBatch) -> None:

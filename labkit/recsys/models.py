@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from labkit.core.errors import bad_value, check_choice, check_range, check_seed
-from labkit.recsys.data import N_DENSE_CRITEO, FieldSpec, JaggedBatch, check_lr, check_specs
+from labkit.recsys.data import N_DENSE_CRITEO, FieldSpec, JaggedBatch, check_fits, check_lr, check_specs
 from labkit.recsys.tables import Table, canonical_order, init_table, tables_for
 
 MODELS = ("wide_deep", "dlrm", "deepfm")
@@ -73,9 +73,13 @@ class PerFieldEmbeddings(nn.Module):
         else:
             self.opt = RowWiseAdagrad(params, lr=lr, eps=eps)
         self.hits = self.lookups = np.zeros(1, np.int64)
+        n_feat = max(t.feature for t in self.tables) + 1
+        self._cards = [min((t.cardinality for t in self.tables if t.feature == f), default=2**62)
+                       for f in range(n_feat)]
 
     def lookup(self, batch: JaggedBatch) -> torch.Tensor:
         """Return pooled embeddings ``[B, width]``: one EmbeddingBag call per table, then one cat."""
+        check_fits(batch, self._cards)  # torch's IndexError would not name the field
         outs = []
         for i in self.order:
             ids, off = batch.field_ids(self.tables[i].feature)

@@ -19,7 +19,7 @@ from labkit.core.buffers import BufferPool, aligned_empty
 from labkit.core.errors import bad_value, check_choice
 from labkit.recsys import kernels
 from labkit.recsys.cache import CachePlan, HotRowCache, SlowTier, hit_rate
-from labkit.recsys.data import JaggedBatch, check_lr
+from labkit.recsys.data import JaggedBatch, check_fits, check_lr
 from labkit.recsys.tables import Table, column_offsets, init_blocks, plan_groups
 
 
@@ -138,6 +138,9 @@ class PackedEmbeddings:
                 idx, t0.dim, t0.pooling == "mean", np.array([self.tables[i].feature for i in idx], np.int64),
                 row_off, cols[idx[0]], w, state, max(sizes)))
         n_feat = max(t.feature for t in self.tables) + 1
+        # rows per field: the kernels index a field's table with its ids unchecked
+        self._cards = [min((t.cardinality for t in self.tables if t.feature == f), default=2**62)
+                       for f in range(n_feat)]
         self.hits = np.zeros(n_feat, np.int64)
         self.lookups = np.zeros(n_feat, np.int64)
         self._dummy_slot = np.full(1, -1, np.int32)
@@ -152,6 +155,7 @@ class PackedEmbeddings:
 
     def lookup(self, batch: JaggedBatch) -> torch.Tensor:
         """Return pooled embeddings ``[B, width]`` of `batch` (one kernel call per packed table)."""
+        check_fits(batch, self._cards)
         out = self._outputs.take((batch.batch_size, self.width))
         # Rows of single-hot bags are copied into whole, aligned 64-byte lines of `out`: those go
         # out as non-temporal stores, which skip reading each line of the (tens of MiB) output
@@ -171,6 +175,7 @@ class PackedEmbeddings:
         self._backward(batch, grad, self._opt)
 
     def _backward(self, batch: JaggedBatch, grad: torch.Tensor, opt: int, states=None) -> None:
+        check_fits(batch, self._cards)
         g_np = grad.detach().numpy() if isinstance(grad, torch.Tensor) else np.asarray(grad, np.float32)
         if g_np.shape != (batch.batch_size, self.width):
             raise bad_value("grad", f"shape {g_np.shape}", f"shape ({batch.batch_size}, {self.width})")
@@ -240,7 +245,8 @@ class PackedEmbeddings:
     def count_ids(self, batches, counts: list[np.ndarray] | None = None) -> list[np.ndarray]:
         """Return per-group row counts over `batches` (added to `counts` if given)."""
         counts = counts or [np.zeros(g.n_rows, np.int64) for g in self.groups]
-        for b in batches:
+        for k, b in enumerate(batches):
+            check_fits(b, self._cards, f"batches[{k}]")
             for g, c in zip(self.groups, counts):
                 kernels.count_rows(c, g.feature, g.row_off, b.offsets, b.values, b.batch_size)
         return counts
