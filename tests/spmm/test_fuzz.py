@@ -58,16 +58,25 @@ def weights(draw, max_m=24, max_k=70, dtypes=DTYPES, specials=True):
     return w
 
 
-TILES = st.one_of(st.none(), st.tuples(st.integers(1, 40), st.integers(1, 200)),
-                  st.sampled_from([(0, 8), (8, 0), (1, 65536), (2, 32768), (1, 65535), (256, 512), (8.0, 16),
-                                   (True, 16), (8,), "8x16", (-1, 4), (np.int64(4), np.int32(16))]))
-PADS = st.one_of(st.sampled_from([1, 2, 4, 16, 64]), st.sampled_from([0, 3, 128, True, 4.0, np.int64(8)]))
+GOOD_TILES = st.one_of(st.none(), st.tuples(st.integers(1, 40), st.integers(1, 200)),
+                       st.sampled_from([(1, 65520), (256, 256), (np.int64(4), np.int32(16))]))
+BAD_TILES = st.sampled_from([(0, 8), (8, 0), (1, 65536), (2, 32768), (1, 65521), (256, 512), (8.0, 16),
+                             (True, 16), (8,), "8x16", (-1, 4), None])
+GOOD_PADS = st.sampled_from([1, 2, 4, 16, 64, np.int64(8)])
+BAD_PADS = st.sampled_from([0, 3, 128, True, 4.0, None])
+#: Most cases are valid (their results are checked); the rest break one thing at a time.
+FAULTS = st.sampled_from([None] * 6 + ["dtype", "tile", "pad", "numpy", "empty"])
 
 
 @FUZZ_SETTINGS
-@given(weights(), TILES, PADS, st.booleans())
-def test_fuzz_encode_decode(w, tile, pad, as_numpy):
-    arg = w.numpy() if as_numpy and w.dtype != torch.bfloat16 else w
+@given(FAULTS, st.data())
+def test_fuzz_encode_decode(fault, data):
+    w = data.draw(weights(dtypes=DTYPES if fault == "dtype" else [torch.bfloat16, torch.float16]))
+    if fault == "empty":
+        w = w[:0] if data.draw(st.booleans()) else w[:, :0]
+    tile = data.draw(BAD_TILES if fault == "tile" else GOOD_TILES)
+    pad = data.draw(BAD_PADS if fault == "pad" else GOOD_PADS)
+    arg = w.float().numpy() if fault == "numpy" else w
     try:
         enc = fuzz_call("spmm.encode", encode, arg, tile=tile, pad=pad)
     except Refused:
@@ -139,38 +148,41 @@ def _assert_matches_dense(got: np.ndarray, w: torch.Tensor, x) -> None:
 
 
 @st.composite
-def activations(draw, k):
-    """x for a K-column weight: (K,) or (K, N), N in 0..70, sometimes the wrong K, a drawn dtype,
-    numpy or torch, non-contiguous, with NaN/inf sometimes."""
-    kk = draw(st.sampled_from([k, k, k, k + 1, max(0, k - 1)]))
-    n = draw(st.sampled_from([None, 1, 2, 7, 8, 9, 16, 33, 64, 0, 65]))
+def activations(draw, k, fault=None):
+    """x for a K-column weight: (K,) or (K, N), 1 <= N <= 64, a float dtype, numpy or torch,
+    sometimes non-contiguous; `fault` breaks one thing: "k", "n", "kind" or "nan"."""
+    kk = draw(st.sampled_from([k + 1, max(0, k - 1)])) if fault == "k" else k
+    n = draw(st.sampled_from([0, 65, 200]) if fault == "n" else st.sampled_from([None, 1, 2, 7, 8, 9, 16, 33, 64]))
     g = torch.Generator().manual_seed(draw(st.integers(0, 999)))
     x = torch.randn(kk if n is None else (kk, n), generator=g)
-    if x.numel() and draw(st.integers(0, 9)) == 0:
+    if x.numel() and fault == "nan":
         x.view(-1)[draw(st.integers(0, x.numel() - 1))] = draw(st.sampled_from(SPECIALS[:3]))
     if n is not None and draw(st.booleans()):
         x = x.T.contiguous().T  # column-major
-    kind = draw(st.sampled_from(["bf16", "fp32", "fp16", "np32", "np64", "np16", "int", "npint", "bool", "list"]))
+    kind = draw(st.sampled_from(["int", "npint", "bool", "list"] if fault == "kind" else
+                                ["bf16", "fp32", "fp16", "np32", "np64", "np16"]))
     return {"bf16": lambda: x.bfloat16(), "fp32": lambda: x, "fp16": lambda: x.half(),
             "np32": lambda: x.numpy(), "np64": lambda: x.double().numpy(), "np16": lambda: x.numpy().astype(np.float16),
             "int": lambda: x.int(), "npint": lambda: x.numpy().astype(np.int64), "bool": lambda: x > 0,
             "list": lambda: x.tolist()}[kind]()
 
 
-@FUZZ_SETTINGS
-@given(weights(max_m=40, max_k=100, dtypes=[torch.bfloat16, torch.bfloat16, torch.float16]), st.data())
-def test_fuzz_spmm(w, data):
+@settings(parent=FUZZ_SETTINGS, max_examples=100)
+@given(st.sampled_from([None] * 6 + ["k", "n", "kind", "nan", "kernel", "fp16", "out"]), st.data())
+def test_fuzz_spmm(fault, data):
+    w = data.draw(weights(max_m=40, max_k=100, dtypes=[torch.float16 if fault == "fp16" else torch.bfloat16]))
     try:
         enc = encode(w, tile=data.draw(st.sampled_from([None, (4, 16), (8, 24), (1, 7), (16, 128)])))
     except LabkitError:
         return
-    x = data.draw(activations(w.shape[1]))
-    kernel = data.draw(st.sampled_from(["auto", "sparse", "dense_tile", "gpu"]))
+    x = data.draw(activations(w.shape[1], fault))
+    kernel = data.draw(st.sampled_from(["gpu", "Sparse", None] if fault == "kernel" else ["auto", "sparse", "dense_tile"]))
     out = None
-    if data.draw(st.integers(0, 4)) == 0:
-        n = x.shape[1] if getattr(x, "ndim", 0) == 2 and 1 <= x.shape[1] <= MAX_N else 1
-        out = data.draw(st.sampled_from([np.empty((w.shape[0], bucket(n)), np.float32), np.empty((1, 1), np.float32),
-                                         np.empty((w.shape[0], bucket(n)), np.float64), "out"]))
+    if fault == "out" or data.draw(st.integers(0, 4)) == 0:
+        n = x.shape[1] if getattr(x, "ndim", 1) == 2 and 1 <= x.shape[1] <= MAX_N else 1
+        good = np.full((w.shape[0], bucket(n)), np.nan, np.float32)  # every element must be written
+        out = data.draw(st.sampled_from([np.empty((1, 1), np.float32), good.astype(np.float64), good.T, "out"])
+                        if fault == "out" else st.just(good))
     try:
         got = fuzz_call("spmm.spmm", spmm, enc, x, kernel=kernel, out=out)
     except Refused:
@@ -197,9 +209,7 @@ def test_fuzz_operators(w, name, data):
         op = fuzz_call(f"spmm.{name}", OPERATORS[name], w)
     except Refused:
         return
-    x = data.draw(activations(w.shape[1]))
-    if isinstance(x, torch.Tensor) and x.is_floating_point() and not torch.isfinite(x).all():
-        x = torch.nan_to_num(x, nan=0.0, posinf=1.0, neginf=-1.0)
+    x = data.draw(activations(w.shape[1], data.draw(st.sampled_from([None] * 4 + ["k", "n", "kind"]))))
     try:
         y = fuzz_call(f"spmm.{name}()", op, x)
     except Refused:
@@ -287,22 +297,33 @@ def test_fuzz_lab_helpers(shape, sparsity, n, kernel, mismatch):
     assert not mismatch and 0 <= err < 1e-2 or err == 0.0
 
 
+CFG_FIELDS = ("d_model", "n_heads", "ffn_dim", "n_layers", "vocab", "max_len")
+
+
 @settings(parent=FUZZ_SETTINGS, max_examples=40)
-@given(st.fixed_dictionaries({f: st.sampled_from([1, 2, 4, 8, 0, -1, 2.0, True, np.int64(4)])
-                              for f in ("d_model", "n_heads", "ffn_dim", "n_layers", "vocab", "max_len")}),
-       SPARSITIES, st.sampled_from(["dense", "sparse", "csr"]), st.data())
-def test_fuzz_decoder(cfg_kw, sparsity, linear, data):
+@given(st.fixed_dictionaries({f: st.sampled_from([1, 2] if f == "n_heads" else [2, 4, 8, np.int64(4)])
+                              for f in CFG_FIELDS}),
+       st.sampled_from(CFG_FIELDS + (None,) * 12), st.sampled_from([0, -1, 2.0, True, "4", 3]),
+       st.one_of(st.floats(0, 0.99), st.floats(0, 0.99), SPARSITIES),
+       st.sampled_from(["dense", "sparse", "sparse", "csr"]), st.data())
+def test_fuzz_decoder(cfg_kw, bad_field, bad_value, sparsity, linear, data):
+    if bad_field is not None:  # one field at a time out of range, so the rest of the path is reached too
+        cfg_kw[bad_field] = bad_value
     try:
         cfg = fuzz_call("spmm.DecoderConfig", DecoderConfig, **cfg_kw)
         wts = fuzz_call("spmm.random_weights", random_weights, cfg, sparsity, seed=3)
         model = fuzz_call("spmm.Decoder", Decoder, wts, linear=linear)
     except Refused:
         return
-    b = data.draw(st.sampled_from([1, 2, 0, 65]))
-    p = data.draw(st.integers(0, cfg.max_len + 1))
-    prompt = torch.randint(-1, cfg.vocab + 1, (b, p), generator=torch.Generator().manual_seed(p))
-    prompt = data.draw(st.sampled_from([prompt, prompt.clamp(0, cfg.vocab - 1), prompt.float(), prompt[0]]))
-    new = data.draw(st.sampled_from([1, 2, 0, cfg.max_len, 1.5]))
+    fault = data.draw(st.sampled_from([None] * 5 + ["batch", "length", "ids", "float", "1d", "new"]))
+    b = data.draw(st.sampled_from([0, 65] if fault == "batch" else [1, 2]))
+    p = data.draw(st.sampled_from([0, cfg.max_len, cfg.max_len + 1]) if fault == "length"
+                  else st.integers(1, cfg.max_len - 1))
+    g = torch.Generator().manual_seed(p)
+    prompt = (torch.randint(-1, cfg.vocab + 1, (b, p), generator=g) if fault == "ids" and b * p
+              else torch.randint(0, cfg.vocab, (b, p), generator=g))
+    prompt = prompt.float() if fault == "float" else prompt.reshape(-1) if fault == "1d" else prompt
+    new = data.draw(st.sampled_from([0, cfg.max_len, 1.5]) if fault == "new" else st.sampled_from([1, 2]))
     try:
         out = fuzz_call("spmm.Decoder.generate", model.generate, prompt, new)
     except Refused:
@@ -346,12 +367,15 @@ def test_fuzz_byte_models(m, k, n, sparsity):
     assert r["tiled_csl"] <= r["dense"] * 2 / (1 - sparsity) + 1 and math.isclose(b, 1 / (2 * (1 - sparsity)))
 
 
-@FUZZ_SETTINGS
+_TILE_W = random_sparse((20, 70), 0.5, seed=4)
+_TILE_ENC = encode(_TILE_W, tile=(8, 32))
+
+
+@settings(parent=FUZZ_SETTINGS, max_examples=60)
 @given(st.one_of(st.integers(-3, 6), st.sampled_from([1.0, True, None, np.int64(1)])),
        st.one_of(st.integers(-3, 6), st.sampled_from([0.0, False, "0"])))
 def test_fuzz_tile_dense(tile_row, tile_col):
-    w = random_sparse((20, 70), 0.5, seed=4)
-    enc = encode(w, tile=(8, 32))
+    w, enc = _TILE_W, _TILE_ENC
     try:
         t = fuzz_call("spmm.TiledCSL.tile_dense", enc.tile_dense, tile_row, tile_col)
     except Refused:
