@@ -14,7 +14,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from labkit.core.errors import bad_value, check_file, check_range, not_parquet, open_parquet
+from labkit.core.errors import BadInput, bad_value, check_file, check_range, not_parquet
+from labkit.core.errors import open_parquet as _open_parquet
 from labkit.graph.csr import CSR, _too_big, build_csr_chunked, check_num_nodes
 
 Chunks = Callable[[], Iterator[tuple[np.ndarray, ...]]]  # (src, dst) chunks, or (src, dst, weights)
@@ -79,7 +80,7 @@ def csv_edge_chunks(path: str | Path, *, chunk_rows: int = 1 << 20, src: str = "
                                             f"expected {what}"))
                 out.append(vals)
             if errors:
-                raise ValueError(min(errors)[2])
+                raise BadInput(min(errors)[2])
             row0 += len(df)
             yield tuple(out)
     return chunks
@@ -240,7 +241,7 @@ def parquet_edge_chunks(path: str | Path, *, batch_rows: int = 1 << 20, src: str
                 kind = "a number" if name == weight else "an integer id"
                 if a.null_count:
                     i = int(np.flatnonzero(a.is_null().to_numpy(zero_copy_only=False))[0])
-                    raise ValueError(f"{path.name} row {row0 + i}: {name} is null; expected {kind}")
+                    raise BadInput(f"{path.name} row {row0 + i}: {name} is null; expected {kind}")
                 a = a.to_numpy(zero_copy_only=False)
                 if name == weight:
                     if a.dtype.kind not in "iuf":
@@ -259,7 +260,7 @@ def parquet_edge_chunks(path: str | Path, *, batch_rows: int = 1 << 20, src: str
                     i = int(np.flatnonzero(bad)[0])
                     if what is None:
                         what = "a finite number" if not np.isfinite(a[i]) else "a finite number >= 0"
-                    raise ValueError(f"{path.name} row {row0 + i}: {name}={a[i].item()!r} is not accepted; "
+                    raise BadInput(f"{path.name} row {row0 + i}: {name}={a[i].item()!r} is not accepted; "
                                      f"expected {what}")
                 out.append(a)
             row0 += batch.num_rows
@@ -267,11 +268,24 @@ def parquet_edge_chunks(path: str | Path, *, batch_rows: int = 1 << 20, src: str
     return chunks
 
 
+#: What pyarrow raises, past its own ArrowException, on a corrupt file: a damaged footer can hold
+#: column names that are not UTF-8, or offsets past the end of the file.
+_PARQUET_ERRORS = (OSError, UnicodeDecodeError, EOFError)
+
+
+def open_parquet(path: Path):
+    """Open `path` with pyarrow, as labkit.core.errors.open_parquet does, naming the file on any read error."""
+    try:
+        return _open_parquet(path)
+    except _PARQUET_ERRORS as exc:
+        raise not_parquet(path, exc) from None
+
+
 def _arrow_errors(path: Path, open_batches: Callable[[], Iterator]):
     """Yield the batches of ``open_batches()``, naming the file if pyarrow cannot read one."""
     import pyarrow as pa
 
-    return _named_errors(open_batches, pa.ArrowException, lambda exc: not_parquet(path, exc))
+    return _named_errors(open_batches, _PARQUET_ERRORS + (pa.ArrowException,), lambda exc: not_parquet(path, exc))
 
 
 #: Types :func:`read_edge_attributes` reads a column as.
@@ -314,7 +328,7 @@ def read_edge_attributes(path: str | Path, columns: dict[str, str]) -> dict[str,
             a = table.column(c)
             if a.null_count:
                 i = int(np.flatnonzero(a.is_null().to_numpy(zero_copy_only=False))[0])
-                raise ValueError(f"{path.name} row {i + 1}: {c} is null; expected a value of type {columns[c]}")
+                raise BadInput(f"{path.name} row {i + 1}: {c} is null; expected a value of type {columns[c]}")
             out[c] = _typed(path, c, columns[c], a.to_numpy(zero_copy_only=False), text=False)
         return out
     raise bad_value("path", str(path), "a .csv or .parquet file")
@@ -343,7 +357,7 @@ def _typed(path: Path, col: str, kind: str, raw: np.ndarray, *, text: bool) -> n
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         shown = raw[i] if text else raw[i].item()
-        raise ValueError(f"{path.name} row {i + 1}: {col}={shown!r} is not accepted; expected a value of type {kind}")
+        raise BadInput(f"{path.name} row {i + 1}: {col}={shown!r} is not accepted; expected a value of type {kind}")
     if text and dtype.kind == "i" and len(vals) and np.abs(vals).max() >= 2**53:
         # float64 holds integers past 2**53 inexactly: parse those columns from the text itself.
         try:
@@ -387,7 +401,7 @@ def build_from_file(path: str | Path, num_nodes: int | None = None, *, reverse: 
         n = count_nodes(reader(path) if weight is not None else chunks)
         why = _too_big(n)
         if why is not None:
-            raise ValueError(f"{path.name}: node id {n - 1} is not accepted; expected node ids a CSR can hold in "
+            raise BadInput(f"{path.name}: node id {n - 1} is not accepted; expected node ids a CSR can hold in "
                              f"memory: that id implies {why} (relabel ids to 0..n-1)")
     else:
         n = num_nodes

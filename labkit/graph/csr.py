@@ -30,7 +30,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from labkit.core.errors import bad_value, check_range
+from labkit.core.errors import BadInput, bad_value, check_range
 
 
 @dataclass
@@ -101,7 +101,7 @@ def check_node_ids(arg: str, ids: np.ndarray, num_nodes: int, what: str = "node 
         if lo < 0 or hi >= num_nodes:
             bad = int(lo) if lo < 0 else int(hi)
             pos = int(np.flatnonzero(ids == bad)[0])
-            raise ValueError(f"{arg}[{pos}]={bad} is not accepted; expected {what} in [0, {num_nodes})")
+            raise BadInput(f"{arg}[{pos}]={bad} is not accepted; expected {what} in [0, {num_nodes})")
     return ids
 
 
@@ -200,7 +200,7 @@ def _check_implied(name: str, a: np.ndarray, offset: int, num_nodes: int) -> Non
     why = _too_big(num_nodes)
     if why is not None:
         pos = int(np.argmax(a))
-        raise ValueError(f"{name}[{offset + pos}]={int(a[pos])} is not accepted; expected node ids a CSR can "
+        raise BadInput(f"{name}[{offset + pos}]={int(a[pos])} is not accepted; expected node ids a CSR can "
                          f"hold in memory: that id implies {why} (relabel ids to 0..n-1)")
 
 
@@ -463,14 +463,16 @@ def _index_dtype(num_nodes: int) -> np.dtype:
 
 
 def _check_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int | None, offset: int = 0) -> int:
-    if src.ndim != 1 or dst.ndim != 1 or len(src) != len(dst):
-        raise ValueError(f"src/dst have shapes {src.shape} and {dst.shape}; expected two 1-d arrays of equal length")
+    if src.ndim != 1:
+        raise bad_value("src", f"array of shape {src.shape}", "a 1-d array of node ids")
+    if dst.ndim != 1 or len(src) != len(dst):
+        raise bad_value("dst", f"array of shape {dst.shape}", f"a 1-d array of {len(src)} node ids, one per src id")
     for name, a in (("src", src), ("dst", dst)):
         if a.dtype.kind not in "iu":
             raise bad_value(name, a.dtype, "an integer array of node ids")
         if len(a) and a.min() < 0:
             pos = int(np.argmin(a))
-            raise ValueError(f"{name}[{offset + pos}]={int(a[pos])} is not accepted; expected node ids >= 0")
+            raise BadInput(f"{name}[{offset + pos}]={int(a[pos])} is not accepted; expected node ids >= 0")
     smax, dmax = (int(src.max()), int(dst.max())) if len(src) else (-1, -1)
     top = max(smax, dmax) + 1
     if num_nodes is None and len(src):
@@ -478,7 +480,7 @@ def _check_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int | None, offset
     if num_nodes is not None and top > num_nodes:
         a, name = (src, "src") if smax >= num_nodes else (dst, "dst")
         pos = int(np.argmax(a))
-        raise ValueError(f"{name}[{offset + pos}]={int(a[pos])} is not accepted; expected node ids in [0, {num_nodes})")
+        raise BadInput(f"{name}[{offset + pos}]={int(a[pos])} is not accepted; expected node ids in [0, {num_nodes})")
     return top
 
 
@@ -659,12 +661,12 @@ def build_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, ...]]], nu
                        indices, eid, overflow)
         del bk
         if overflow.any():
-            raise ValueError(_REPLAY_ERROR)
+            raise BadInput(_REPLAY_ERROR)
         off += len(s)
         if progress:
             progress(len(s))
     if not np.array_equal(cursor, indptr[1:]):
-        raise ValueError(_REPLAY_ERROR)
+        raise BadInput(_REPLAY_ERROR)
     del cursor
     indptr, indices, eid = _finish(indptr, indices, eid if return_eid else None, num_nodes, sort, dedup, nt)
     return CSR(indptr, indices, eid)
@@ -704,7 +706,7 @@ def _build_csr_chunked_weighted(chunks, num_nodes: int, **kw) -> CSR:
             w = check_weights(w, offset=off)  # on both passes: a stream that is not replayed may differ
             if second:
                 if off + len(w) > state["m"]:
-                    raise ValueError(_REPLAY_ERROR)
+                    raise BadInput(_REPLAY_ERROR)
                 if state["w"] is None:
                     state["w"] = np.empty(state["m"], state["dtype"])
                 state["w"][off:off + len(w)] = w
@@ -715,7 +717,7 @@ def _build_csr_chunked_weighted(chunks, num_nodes: int, **kw) -> CSR:
         if not second:
             state["m"] = off
         elif off != state["m"]:
-            raise ValueError(_REPLAY_ERROR)
+            raise BadInput(_REPLAY_ERROR)
 
     csr = build_csr_chunked(topology, num_nodes, return_eid=True, **kw)
     w = state["w"] if state["w"] is not None else np.empty(0, state["dtype"] or np.float64)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from labkit.core.errors import bad_value, check_range, check_seed
+from labkit.core.errors import BadInput, bad_value, check_range, check_seed
 from labkit.core.memory import BudgetExceeded, MemoryBudget, fmt_bytes, parse_bytes
 from labkit.graph.checks import check_features
 from labkit.graph.csr import CSR, build_csr, check_node_ids
@@ -223,7 +223,7 @@ class Graph:
                                 f"a 1-d integer array of {src_type if arg == 'src' else dst_type!r} node ids")
             if len(a) and (a.min() < 0 or a.max() >= n):
                 pos = int(np.flatnonzero((a < 0) | (a >= n))[0])
-                raise ValueError(f"{arg}[{pos}]={int(a[pos])} is not accepted; expected ids in [0, {n})")
+                raise BadInput(f"{arg}[{pos}]={int(a[pos])} is not accepted; expected ids in [0, {n})")
         if len(src) != len(dst):
             raise bad_value("dst", f"{len(dst)} ids", f"{len(src)} ids, one per edge as in src")
         attrs = _check_attrs(attrs, len(src), f"{edge_type!r} edge")

@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit, prange
 
 from labkit.core.arrays import unique
-from labkit.core.errors import bad_value, check_range, check_seed
+from labkit.core.errors import BadInput, bad_value, check_range, check_seed
 from labkit.graph.csr import check_weights
 from labkit.graph.rng import GOLDEN, mix64, stream_key
 
@@ -149,7 +149,7 @@ def _check_rows(arg: str, rows, num_rows: int) -> np.ndarray:
         if lo < 0 or hi >= num_rows:
             bad = lo if lo < 0 else hi
             pos = int(np.flatnonzero(rows == bad)[0])
-            raise ValueError(f"{arg}[{pos}]={bad} is not accepted; expected ids in [0, {num_rows})")
+            raise BadInput(f"{arg}[{pos}]={bad} is not accepted; expected ids in [0, {num_rows})")
     return rows.astype(np.int64, copy=False)
 
 
@@ -551,7 +551,7 @@ def topk_neighbors(indptr: np.ndarray, weights: np.ndarray, rows, k: int) -> tup
         v = int(rows[int(np.flatnonzero(nan)[0])])
         lo, hi = int(indptr[v]), int(indptr[v + 1])
         pos = lo + int(np.flatnonzero(np.isnan(weights[lo:hi]))[0])
-        raise ValueError(f"weights[{pos}]=nan is not accepted; expected weights that can be ranked "
+        raise BadInput(f"weights[{pos}]=nan is not accepted; expected weights that can be ranked "
                          f"(not NaN; edge {pos} is in row {v})")
     return ptr, eid
 
