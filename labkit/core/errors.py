@@ -119,5 +119,6 @@ def open_parquet(path: Path):
 
     try:
         return pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as exc:
+    # A damaged footer can surface as a decode or EOF error from pyarrow's metadata reader too.
+    except (pa.ArrowException, OSError, EOFError, UnicodeDecodeError) as exc:
         raise not_parquet(path, exc) from None

@@ -14,8 +14,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from labkit.core.errors import BadInput, bad_value, check_file, check_range, not_parquet
-from labkit.core.errors import open_parquet as _open_parquet
+from labkit.core.errors import BadInput, bad_value, check_file, check_range, not_parquet, open_parquet
 from labkit.graph.csr import CSR, _too_big, build_csr_chunked, check_num_nodes
 
 Chunks = Callable[[], Iterator[tuple[np.ndarray, ...]]]  # (src, dst) chunks, or (src, dst, weights)
@@ -271,14 +270,6 @@ def parquet_edge_chunks(path: str | Path, *, batch_rows: int = 1 << 20, src: str
 #: What pyarrow raises, past its own ArrowException, on a corrupt file: a damaged footer can hold
 #: column names that are not UTF-8, or offsets past the end of the file.
 _PARQUET_ERRORS = (OSError, UnicodeDecodeError, EOFError)
-
-
-def open_parquet(path: Path):
-    """Open `path` with pyarrow, as labkit.core.errors.open_parquet does, naming the file on any read error."""
-    try:
-        return _open_parquet(path)
-    except _PARQUET_ERRORS as exc:
-        raise not_parquet(path, exc) from None
 
 
 def _arrow_errors(path: Path, open_batches: Callable[[], Iterator]):
