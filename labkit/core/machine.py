@@ -67,6 +67,49 @@ def memory_bytes() -> int:
     return int(psutil.virtual_memory().total)
 
 
+def cgroup_memory_limit(root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup") -> int | None:
+    """Return the tightest memory limit of this process's cgroups in bytes, or None where there is none.
+
+    Reads cgroup v2 ``memory.max`` of this process's group and of each group above it, and cgroup
+    v1 ``memory.limit_in_bytes`` of its memory group and of the hierarchy's root (in a container
+    the path in /proc/self/cgroup may name a group outside the mount, so the root counts too).
+    "max", or v1's "no limit" (a figure near 2**63), is no limit.
+    """
+    paths: list[str] = []
+    try:
+        with open(proc_cgroup) as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        hid, _, rest = line.partition(":")
+        controllers, _, group = rest.partition(":")
+        group = group.strip("/")
+        if hid == "0" and controllers == "":
+            parts = group.split("/") if group else []
+            paths += [os.path.join(root, *parts[:k], "memory.max") for k in range(len(parts), -1, -1)]
+        elif "memory" in controllers.split(","):
+            paths += [os.path.join(root, "memory", group, "memory.limit_in_bytes"),
+                      os.path.join(root, "memory", "memory.limit_in_bytes")]
+    limits = []
+    for path in dict.fromkeys(paths):
+        try:
+            with open(path) as fh:
+                text = fh.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 1 << 60:  # v1 writes "no limit" as 2**63 rounded down to a page
+            limits.append(int(text))
+    return min(limits) if limits else None
+
+
+def memory_limit_bytes() -> int:
+    """Return the most memory this process could ever hold: total RAM, or its cgroup's limit if lower."""
+    limit = cgroup_memory_limit()
+    total = memory_bytes()
+    return total if limit is None else min(total, limit)
+
+
 def available_memory_bytes() -> int:
     """Return the memory the OS can hand out now without swapping (psutil's 'available'), in bytes."""
     import psutil

@@ -38,8 +38,36 @@ def fmt_bytes(n: float) -> str:
     return f"{n} B"  # pragma: no cover
 
 
+def machine_limit() -> tuple[int, str]:
+    """Return (the most memory this machine can give one process, in bytes; what that figure is).
+
+    Total RAM, or the process's cgroup memory limit where that is lower: a budget caps what a
+    system may ever hold, so it is checked against what the machine could ever give, not against
+    what happens to be free right now (that moves with other processes from second to second;
+    :func:`labkit.core.machine.require_memory` checks the free memory before a big allocation).
+    """
+    from labkit.core.machine import cgroup_memory_limit, memory_bytes
+    total, cg = memory_bytes(), cgroup_memory_limit()
+    if cg is not None and cg < total:
+        return cg, f"this process's cgroup memory limit, {fmt_bytes(cg)}"
+    return total, f"this machine's total memory, {fmt_bytes(total)}"
+
+
+def check_budget(value: Any, arg: str = "budget", *, limit: int | None = None) -> int:
+    """Return `value` as a byte count if the machine could hold that much, else raise one line saying so.
+
+    `value` is what :func:`parse_bytes` takes (1048576, '512MiB', '1.5GiB'); the line names `arg`,
+    the value and the machine's figure (:func:`machine_limit`, or `limit` bytes where given).
+    """
+    n = parse_bytes(value, arg)
+    cap, what = machine_limit() if limit is None else (int(limit), f"{fmt_bytes(limit)}")
+    if n > cap:
+        raise bad_value(arg, value, f"a budget no larger than {what} (this one is {fmt_bytes(n)})")
+    return n
+
+
 class BudgetExceeded(LabkitError, MemoryError):
-    """A reservation would take the budget past its limit."""
+    """A reservation would take the budget past its limit (or the memory it stands for could not be had)."""
 
 
 class Reservation:
@@ -74,10 +102,15 @@ class Reservation:
 
 
 class MemoryBudget:
-    """A hard cap on accounted bytes; every cache, buffer and queue reserves before it allocates."""
+    """A hard cap on accounted bytes; every cache, buffer and queue reserves before it allocates.
+
+    `total` may not exceed what the machine could ever give (:func:`machine_limit`: total RAM,
+    or the cgroup's limit where lower): a budget the machine cannot back is refused with one line
+    naming the machine's figure, rather than accepted and ending in a swap storm or a MemoryError.
+    """
 
     def __init__(self, total: int | str, name: str = "memory budget") -> None:
-        self.total = parse_bytes(total, "total")
+        self.total = check_budget(total, "total")
         self.name = name
         self.used = 0
         self.peak = 0
@@ -100,7 +133,12 @@ class MemoryBudget:
         """Allocate a zeroed array charged to `owner`; returns (array, reservation)."""
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         r = self.reserve(owner, nbytes)
-        return np.zeros(shape, dtype), r
+        try:
+            return np.zeros(shape, dtype), r
+        except MemoryError:
+            r.release()
+            raise BudgetExceeded(f"{owner} reserved {fmt_bytes(nbytes)} of the {self.name} but the machine could "
+                                 "not allocate it (other processes hold the memory)") from None
 
     def _change(self, r: Reservation, delta: int) -> None:
         with self._lock:

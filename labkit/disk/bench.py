@@ -15,7 +15,7 @@ import numpy as np
 from labkit.core.bench import Bench, Claim
 from labkit.core.memory import MemoryBudget, fmt_bytes
 from labkit.core.systems import System, register
-from labkit.disk.system import QUEUE_DEPTH, SAMPLERS, open_system, presample, workload
+from labkit.disk.system import QUEUE_DEPTH, SAMPLERS, open_system, presample, reference_budget, workload
 
 CLAIMS = [
     Claim("disk.speedup_naive", "CaliEX vs naive disk training, GraphSAGE [15,10,5] h256 b1024",
@@ -93,7 +93,8 @@ def _compare(b: Bench, model: str, names: list[str], st: dict):
     try:
         for n in names:  # opening is each system's one-off setup (plans, tuning, cache fill): timed apart
             t0 = time.perf_counter()
-            systems[n] = open_system(n, ds, MemoryBudget(budget_bytes if n != "memory" else 1 << 42), cfg, pre=pre)
+            budget = MemoryBudget(budget_bytes) if n != "memory" else reference_budget()
+            systems[n] = open_system(n, ds, budget, cfg, pre=pre)
             open_s[n] = time.perf_counter() - t0
             b.record(f"disk.{model}.{n}.open_s", open_s[n])
         b.record(f"disk.{model}.epoch_batches", len(ds.array("train", mmap=False)) / cfg.batch_size)

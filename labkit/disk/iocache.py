@@ -15,7 +15,8 @@ import numba
 import numpy as np
 
 from labkit.core.arrays import unique
-from labkit.core.memory import MemoryBudget
+from labkit.core.errors import check_range
+from labkit.core.memory import BudgetExceeded, MemoryBudget
 
 
 @numba.njit(cache=True, nogil=True)
@@ -109,12 +110,19 @@ class BeladyFeatureCache:
     def __init__(self, capacity_rows: int, num_nodes: int, dim: int, dtype, budget: MemoryBudget,
                  owner: str = "feature cache (belady)") -> None:
         row_bytes = dim * np.dtype(dtype).itemsize
-        self.capacity = int(capacity_rows)
+        check_range("capacity_rows", capacity_rows, 0, integer=True)
+        # It can never hold more rows than the graph has, however large the budget it was sized from.
+        self.capacity = min(int(capacity_rows), int(num_nodes))
         self.reservation = budget.reserve(owner, num_nodes * 4 + self.capacity * row_bytes
                                           + self.capacity * 8)
-        self.slot = np.full(num_nodes, -1, np.int32)
-        self.rows = np.zeros((self.capacity, dim), dtype)
-        self.owner_of = np.full(self.capacity, -1, np.int64)  # node held by each slot
+        try:
+            self.slot = np.full(num_nodes, -1, np.int32)
+            self.rows = np.zeros((self.capacity, dim), dtype)
+            self.owner_of = np.full(self.capacity, -1, np.int64)  # node held by each slot
+        except MemoryError:
+            self.reservation.release()
+            raise BudgetExceeded(f"{owner}: the machine could not allocate the {self.capacity} rows "
+                                 f"({self.reservation.nbytes} bytes) the budget allows") from None
         self.nbytes = self.reservation.nbytes
         self._keys = np.zeros(0, np.int64)
         self._stride = 1

@@ -26,7 +26,7 @@ from labkit.core.directio import DiskModel
 from labkit.core.errors import bad_value, check_choice, check_range, check_seed
 from labkit.core.machine import cores as machine_cores
 from labkit.core.machine import release_free_memory
-from labkit.core.memory import BudgetExceeded, MemoryBudget, fmt_bytes, parse_bytes
+from labkit.core.memory import BudgetExceeded, MemoryBudget, check_budget, fmt_bytes, machine_limit, parse_bytes
 from labkit.core.progress import progress_bar
 from labkit.disk import plans
 from labkit.disk.pipeline import RunStats, run_pipelined, run_serial, run_superbatch
@@ -52,12 +52,35 @@ def dataset_bytes(ds: Dataset) -> int:
 
 
 def as_budget(budget) -> MemoryBudget:
-    """Return `budget` as a :class:`MemoryBudget`: one as is, or a new one from a byte count or '512MiB'."""
+    """Return `budget` as a :class:`MemoryBudget`: one as is, or a new one from a byte count or '512MiB'.
+
+    A byte count above what the machine could ever give (:func:`labkit.core.memory.machine_limit`)
+    is refused with one line naming `budget`, the value and the machine's figure.
+    """
     if isinstance(budget, MemoryBudget):
         return budget
     if isinstance(budget, (numbers.Real, str)) and not isinstance(budget, bool):
-        return MemoryBudget(parse_bytes(budget, "budget"))
+        return MemoryBudget(check_budget(budget, "budget"))
     raise bad_value("budget", budget, "a MemoryBudget, or a byte count such as 1048576 or '512MiB'")
+
+
+def reference_budget(budget=None) -> MemoryBudget:
+    """Return the budget of the in-memory reference system: the machine's whole memory.
+
+    The ``memory`` system holds the whole graph in RAM whatever its budget says (it is the upper
+    bound the others are measured against); the budget only bounds its pipeline's queues. A
+    byte count passed for it (e.g. ``1 << 40`` for "no limit") is still parsed, so a malformed
+    one is refused, but is capped at the machine's figure rather than refused; a MemoryBudget
+    passed in is used as is.
+    """
+    if isinstance(budget, MemoryBudget):
+        return budget
+    cap = machine_limit()[0]
+    if budget is None:
+        return MemoryBudget(cap, "memory budget (in-memory reference)")
+    if isinstance(budget, (numbers.Real, str)) and not isinstance(budget, bool):
+        return MemoryBudget(min(parse_bytes(budget, "budget"), cap), "memory budget (in-memory reference)")
+    raise bad_value("budget", budget, "None, a MemoryBudget, or a byte count such as 1048576 or '512MiB'")
 
 
 @dataclass
@@ -315,7 +338,11 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
     caliex needs `pre` (from :func:`presample`); `split` overrides the tuner's topology share
     and `group` its sampling group (mini-batches a sampler thread samples together, sharing one
     topology fetch per hop; None: the one the tuner predicts fastest, its queue slots paid from
-    the cache budget). `budget` may also be a byte count (int, or a string such as '512MiB').
+    the cache budget). `budget` may also be a byte count (int, or a string such as '512MiB'),
+    at most what the machine could give (for ``memory``, which holds the graph in RAM anyway, a
+    larger count or None stands for the machine's whole memory: :func:`reference_budget`).
+    Every cache is sized from the budget but capped by what it could ever hold (a graph's rows
+    and lists), so a budget far above the graph costs no more memory than one that just fits it.
     `split` applies to the systems with two caches to split (caliex, ginex) and `group` to the
     pipelined ones that sample in groups (caliex, memory); passing either to another system is
     an error rather than silently ignored.
@@ -325,7 +352,7 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
         raise bad_value("ds", ds, "a Dataset from labkit.core.datasets.open_dataset('caliex', profile)")
     if not isinstance(cfg, ModelConfig):
         raise bad_value("cfg", cfg, "a labkit.disk.train.ModelConfig, e.g. ModelConfig.paper('sage')")
-    budget = as_budget(budget)
+    budget = reference_budget(budget) if name == "memory" else as_budget(budget)
     if split is not None:
         if name not in ("caliex", "ginex"):
             raise bad_value("split", split, f"None for system {name} (it has no caches to split; "
@@ -408,7 +435,9 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
                     f_bytes = cache_bytes - int(split * cache_bytes) - (topo.indptr.size - 1) * 4
                     # The superbatch's sampled batches are held too; leave them room.
                     rows = max(0, (f_bytes - superbatch * (pre.slot_bytes[0] if pre else 0)) // (row_bytes + 8))
-                    feat.set_cache(belady_rows=int(rows))
+                    # No cache holds more rows than the graph has: a budget far above the graph's
+                    # size once sized it in the millions of rows (and doubled the RSS).
+                    feat.set_cache(belady_rows=int(min(rows, feat.num_nodes)))
                 else:
                     feat.set_cache(f_nodes if f_nodes.size else None)
         except BaseException:

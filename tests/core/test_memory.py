@@ -83,3 +83,74 @@ def test_resize_cannot_break_the_cap_or_charge_a_released_reservation():
 
 def test_parse_bytes_takes_decimal_terabytes():
     assert parse_bytes("1TB") == 10**12 and parse_bytes("1tb") == 10**12 and parse_bytes("1TiB") == 1 << 40
+
+
+def test_a_40gib_budget_on_a_smaller_machine_is_refused():
+    """Reproduction: a 40 GiB budget on a 24 GiB machine was accepted. "Too big" is twice this machine's figure."""
+    from labkit.core.machine import memory_bytes
+    from labkit.core.memory import machine_limit
+
+    cap, what = machine_limit()
+    assert 0 < cap <= memory_bytes() and fmt_bytes(cap) in what
+    too_big = 2 * memory_bytes()
+    for value in (too_big, f"{too_big / 2**30:.1f}GiB"):
+        with pytest.raises(ValueError, match=r"^total=.* is not accepted; expected a budget no larger than this "
+                           r"(machine's total memory|process's cgroup memory limit), ") as e:
+            MemoryBudget(value)
+        assert "\n" not in str(e.value) and fmt_bytes(cap) in str(e.value)
+    assert MemoryBudget(cap).total == cap  # the machine's own figure is accepted
+
+
+def test_a_1tib_budget_ends_in_one_line_not_a_raw_memory_error():
+    """Reproduction: a 1 TiB budget ended in a raw MemoryError."""
+    from labkit.core.errors import LabkitError
+    from labkit.core.machine import memory_bytes
+    from labkit.disk.system import as_budget
+
+    value = "1TiB" if memory_bytes() < 1 << 40 else f"{2 * memory_bytes()}"
+    for make, arg in ((MemoryBudget, "total"), (as_budget, "budget")):
+        with pytest.raises(LabkitError, match=rf"^{arg}='{value}' is not accepted; expected a budget no larger") as e:
+            make(value)
+        assert "\n" not in str(e.value)
+
+
+def test_check_budget_honours_a_cgroup_limit(tmp_path, monkeypatch):
+    from labkit.core import machine
+    from labkit.core.memory import check_budget, machine_limit
+
+    (tmp_path / "memory" / "grp").mkdir(parents=True)
+    (tmp_path / "memory" / "grp" / "memory.limit_in_bytes").write_text(f"{1 << 30}\n")
+    (tmp_path / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "memory.max").write_text(f"{3 << 29}\n")
+    (tmp_path / "a" / "b" / "memory.max").write_text("max\n")
+    cg = tmp_path / "cgroup"
+    cg.write_text("4:memory:/grp\n0::/a/b\n")
+    assert machine.cgroup_memory_limit(str(tmp_path), str(cg)) == 1 << 30
+    cg.write_text("0::/a/b\n")
+    assert machine.cgroup_memory_limit(str(tmp_path), str(cg)) == 3 << 29
+    assert machine.cgroup_memory_limit(str(tmp_path), str(tmp_path / "missing")) is None
+    monkeypatch.setattr(machine, "cgroup_memory_limit", lambda: 1 << 30)
+    assert machine_limit() == (1 << 30, "this process's cgroup memory limit, 1.0 GiB")
+    assert check_budget("1GiB") == 1 << 30
+    with pytest.raises(ValueError, match=r"^budget='2GiB' is not accepted; expected a budget no larger than this "
+                       r"process's cgroup memory limit, 1.0 GiB \(this one is 2.0 GiB\)$"):
+        check_budget("2GiB")
+    with pytest.raises(ValueError, match=r"^cap=2048 is not accepted; expected a budget no larger than 1.0 KiB"):
+        check_budget(2048, "cap", limit=1024)
+
+
+def test_budget_array_turns_an_allocation_failure_into_budget_exceeded(monkeypatch):
+    import numpy as np
+
+    import labkit.core.memory as memory
+
+    b = MemoryBudget("1MiB")
+
+    def no_memory(*a, **k):
+        raise MemoryError
+
+    monkeypatch.setattr(memory.np, "zeros", no_memory)
+    with pytest.raises(BudgetExceeded, match=r"^buf reserved 39.1 KiB of the memory budget but the machine could not"):
+        b.array("buf", (1000, 10), np.float32)
+    assert b.used == 0

@@ -15,7 +15,7 @@ from labkit.disk import plans
 from labkit.disk.iocache import BeladyFeatureCache
 from labkit.disk.sampler import NeighborSampler, batch_seeds
 from labkit.disk.store import DiskFeatures, DiskTopology, IOPolicy, MemoryFeatures, MemoryTopology
-from labkit.disk.system import SYSTEMS, open_system, presample, workload
+from labkit.disk.system import SYSTEMS, open_system, presample, reference_budget, workload
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +173,7 @@ def test_systems_train_same_batches_deterministically(ds, pre):
     _, cfg, budget, _, seeds = workload("ci", "sage", 2, budget_fraction=2.0, presample_batches=2)
     losses = {}
     for name in SYSTEMS:
-        b = MemoryBudget(budget if name != "memory" else 1 << 40)
+        b = MemoryBudget(budget) if name != "memory" else reference_budget()
         s = open_system(name, ds, b, cfg, pre=pre)
         try:
             r = s.run(seeds)
@@ -361,7 +361,7 @@ def test_pyg_mmap_batches_equal_in_memory_batches(ds):
     r = run_pyg_mmap("ci", "sage", per_call=1, rounds=2, fraction=2.0, digests=True, timeout=300)
     assert "skipped" not in r
     _, cfg, _, _, seeds = workload("ci", "sage", 2, budget_fraction=2.0)
-    mem = open_system("memory", ds, MemoryBudget(1 << 40), cfg)
+    mem = open_system("memory", ds, reference_budget(), cfg)
     want = []
     for k, s in enumerate(seeds):
         b = mem.sampler.sample(s, 10_000 * (k + 1))
@@ -482,3 +482,24 @@ def test_cgroups_left_by_dead_benches_are_swept(tmp_path):
         d.mkdir()
     assert sweep_cgroups(tmp_path) == [gone]
     assert not gone.exists() and kept.exists() and other.exists()
+
+
+def test_ginex_cache_under_a_budget_far_above_the_graph_holds_at_most_the_graphs_rows(ds):
+    """Reproduction: Ginex sized its cache from the budget, not the graph (41M rows for 32,768 nodes)."""
+    from labkit.core.memory import machine_limit
+    from labkit.disk.system import dataset_bytes
+    from labkit.disk.train import ModelConfig
+
+    cfg = ModelConfig.paper("sage")
+    big = machine_limit()[0] // 2
+    assert big > 10 * dataset_bytes(ds)
+    s = open_system("ginex", ds, big, cfg)
+    try:
+        n = int(ds.meta["num_nodes"])
+        cache = s.features.cache
+        assert cache.capacity == n and cache.rows.shape[0] == n and cache.owner_of.shape[0] == n
+        assert s.topology.cache is None or int((s.topology.cache.slot >= 0).sum()) <= n
+        assert s.budget.used < 4 * dataset_bytes(ds)  # what the caches reserved: the graph's size, not the budget's
+    finally:
+        s.close()
+    assert s.budget.used == 0

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from labkit.core.memory import BudgetExceeded, MemoryBudget
+from labkit.core.memory import BudgetExceeded, MemoryBudget, machine_limit
 from labkit.disk import store, system
 from labkit.disk.store import DiskTopology
 from labkit.disk.system import open_system, presample, workload
@@ -21,7 +21,7 @@ def _open_fds():
 
 
 def _indptr_bytes(ds):
-    probe = DiskTopology(ds, MemoryBudget(1 << 40), staging_bytes=PAGE, fallback=True)
+    probe = DiskTopology(ds, MemoryBudget(machine_limit()[0]), staging_bytes=PAGE, fallback=True)
     try:
         return probe.indptr.nbytes
     finally:
@@ -46,7 +46,7 @@ def test_topology_failed_open_releases_indptr(ds, monkeypatch):
         raise OSError("indices unreadable")
 
     monkeypatch.setattr(store, "_open_file", unreadable)
-    b = MemoryBudget(1 << 40)
+    b = MemoryBudget(machine_limit()[0])
     with pytest.raises(OSError, match="indices unreadable"):
         DiskTopology(ds, b, fallback=True)
     assert b.used == 0

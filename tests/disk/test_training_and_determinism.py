@@ -10,7 +10,7 @@ import pytest
 from labkit.core.memory import MemoryBudget
 from labkit.disk.sampler import NeighborSampler, batch_seeds
 from labkit.disk.store import MemoryFeatures, MemoryTopology
-from labkit.disk.system import SYSTEMS, dataset_bytes, open_system, presample
+from labkit.disk.system import SYSTEMS, dataset_bytes, open_system, presample, reference_budget
 from labkit.disk.train import ModelConfig, Trainer
 
 
@@ -65,7 +65,7 @@ def test_every_system_trains_on_identical_batches(ds):
     pre = presample(ds, cfg, pseeds, MemoryBudget(budget))
     runs = {}
     for name, kw in [(n, {}) for n in SYSTEMS] + [("caliex", {"group": 2, "samplers": 2})]:
-        b = MemoryBudget(budget if name != "memory" else 1 << 40)
+        b = MemoryBudget(budget) if name != "memory" else reference_budget()
         s = open_system(name, ds, b, cfg, pre=pre, **kw)
         try:
             runs[(name, tuple(kw.items()))] = _trained_batches(s, seeds)
