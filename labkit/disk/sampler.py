@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.core.arrays import unique
-from labkit.core.errors import bad_value, check_range
+from labkit.core.errors import bad_value, check_range, check_seed
 from labkit.disk.store import entry_rows, lists_ptr
 from labkit.graph.csr import check_node_ids
 from labkit.graph.sampling import _sample_hop
@@ -67,13 +67,13 @@ class NeighborSampler:
     """Samples ``fanouts[h]`` neighbours per node at hop h from a topology store."""
 
     def __init__(self, topology, fanouts: list[int], seed: int = 0) -> None:
-        if not fanouts:
-            raise ValueError("fanouts=[] is not accepted; expected at least one hop, e.g. [15, 10, 5]")
-        for f in fanouts:
-            check_range("fanouts[i]", f, 1, 1000, integer=True)
+        if isinstance(fanouts, (str, bytes)) or not hasattr(fanouts, "__len__") or len(fanouts) == 0:
+            raise bad_value("fanouts", fanouts, "at least one hop: a list of neighbours per hop, e.g. [15, 10, 5]")
+        for i, f in enumerate(fanouts):
+            check_range(f"fanouts[{i}]", f, 1, 1000, integer=True)
         self.topology = topology
         self.fanouts = [int(f) for f in fanouts]
-        self.seed = int(seed)
+        self.seed = check_seed(seed)
         #: Set to a dict to record, per batch index, each hop's global positions in the indices
         #: file that were read (pre-sampling gives them to the tuner).
         self.positions: dict | None = None
@@ -178,11 +178,15 @@ def batch_seeds(train: np.ndarray, batch_size: int, num_batches: int, seed: int 
     """Return `num_batches` mini-batches of training seeds (a seeded shuffle, cycled if needed)."""
     check_range("batch_size", batch_size, 1, integer=True)
     check_range("num_batches", num_batches, 0, integer=True)
+    seed = check_seed(seed, bits=64)
     batch_size, num_batches = int(batch_size), int(num_batches)
     if np.size(train) == 0 and num_batches > 0:
         raise bad_value("train", train, "a non-empty array of training node ids")
     rng = np.random.default_rng([seed, 7])
     perm = rng.permutation(train)
+    # A batch of distinct ids never holds more than the training set: any window of the cycled
+    # permutation that long already covers all of it (and 1e300 must not size the cycle).
+    batch_size = min(batch_size, max(1, perm.size))
     need = batch_size * num_batches
     if need > perm.size:
         perm = np.concatenate([perm] * (need // perm.size + 1))

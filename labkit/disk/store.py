@@ -38,6 +38,29 @@ def _gather_lists(indptr, indices, nodes, out_ptr, out_idx):
         out_idx[out_ptr[k]:out_ptr[k + 1]] = indices[indptr[v]:indptr[v + 1]]
 
 
+def check_indptr(ds: Dataset, indptr: np.ndarray) -> None:
+    """Raise DatasetError unless `indptr` is a valid CSR offset array over the dataset's indices file.
+
+    A dataset opened with ``full_verify=False`` is checked by file size only; offsets damaged in
+    place would send reads past the end of the indices file or give lists of negative length,
+    so the one array every disk system loads is checked here: starts at 0, never decreases, ends
+    at the number of indices. In chunks, so the check holds no second array over all nodes.
+    """
+    from labkit.core.datasets import DatasetError
+    n_idx = int(ds.info("indices")["shape"][0])
+    bad = indptr.size == 0 or int(indptr[0]) != 0 or int(indptr[-1]) != n_idx
+    step = 1 << 22
+    for lo in range(0, indptr.size - 1, step):
+        if bad:
+            break
+        c = indptr[lo:lo + step + 1]
+        bad = bool((c[1:] < c[:-1]).any())
+    if bad:
+        raise DatasetError(f"{ds.path('indptr')} is corrupted (its offsets are not a CSR index over the "
+                           f"{n_idx} entries of {ds.path('indices').name}); rebuild it with: labkit data make "
+                           f"{ds.name} --profile {ds.profile} --force")
+
+
 def staging_for(budget: MemoryBudget, share: int = 16, most: int = 8 << 20) -> int:
     """Staging bytes for one file: 1/`share` of the budget, within [256 KiB, `most`], page-aligned."""
     return max(256 << 10, min(most, budget.total // share)) // PAGE * PAGE
@@ -146,6 +169,7 @@ class DiskTopology:
     def __init__(self, ds: Dataset, budget: MemoryBudget, *, policy: IOPolicy | None = None,
                  queue_depth: int = 8, staging_bytes: int | None = None, fallback: bool = False) -> None:
         ip = ds.array("indptr", mmap=False)
+        check_indptr(ds, ip)
         # Offsets below 2^31 fit int32: half the RAM for the one array every disk system holds.
         self.indptr = ip.astype(np.int32) if ip.size and int(ip[-1]) < 2**31 else ip
         del ip

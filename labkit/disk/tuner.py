@@ -52,6 +52,10 @@ def split_caches(f: float, cache_bytes: int, num_nodes: int, topo_plan: CachePla
     and 8 bytes of local indptr per list; the feature cache pays 8 bytes (a sorted id) per row.
     """
     from labkit.disk.iocache import FeatureCache
+    check_range("f", f, 0.0, 1.0)
+    # Negative bytes (a budget already spent elsewhere) cache nothing; the bound keeps the sums in int64.
+    check_range("cache_bytes", cache_bytes, -2**62, 2**62, integer=True)
+    cache_bytes = int(cache_bytes)
     t_bytes = int(f * cache_bytes)
     f_bytes = cache_bytes - t_bytes
     map_bytes = num_nodes * 4
