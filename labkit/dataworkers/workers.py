@@ -304,8 +304,11 @@ class ProcessWorkerPool:
                 if seq in keys:
                     k = keys[seq]
                     last = payload.strip().splitlines()[-1]
-                    raise WorkerError(f"data worker {w.wid} failed on batch {seq - base} (keys {k[:4]}"
-                                      f"{'...' if len(k) > 4 else ''}): {last}\n{payload}")
+                    err = WorkerError(f"data worker {w.wid} failed on batch {seq - base} (keys {k[:4]}"
+                                      f"{'...' if len(k) > 4 else ''}): {last}")
+                    # The message stays one line; the worker's traceback is shown under it as a note.
+                    err.add_note(f"the data worker's traceback:\n{payload.rstrip()}")
+                    raise err
                 return
             dup = seq < st["next"] or seq in ready or seq not in keys
             if kind == "ok":
@@ -640,7 +643,8 @@ class DaskWorkerPool:
                     if type(exc).__name__ in ("CancelledError", "FutureCancelledError", "CommClosedError"):
                         raise WorkerError(f"the Dask scheduler at {self.address} went away while batch {seq} "
                                           f"was in flight ({type(exc).__name__}: {exc})") from None
-                    raise WorkerError(f"Dask data worker failed on batch {seq}: {type(exc).__name__}: {exc}") from exc
+                    first = (str(exc).splitlines() or [""])[0]
+                    raise WorkerError(f"Dask data worker failed on batch {seq}: {type(exc).__name__}: {first}") from exc
                 if on_batch is not None:
                     on_batch()
                 self.stats.delivered += 1
