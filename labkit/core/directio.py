@@ -583,11 +583,14 @@ class DirectFile:
         starts = np.ascontiguousarray(starts, dtype=np.int64)
         lengths = np.ascontiguousarray(lengths, dtype=np.int64)
         if starts.shape != lengths.shape or starts.ndim != 1:
-            raise ValueError(f"starts {starts.shape} and lengths {lengths.shape} must be 1-D and equal")
+            raise bad_value("starts, lengths", f"shapes {starts.shape} and {lengths.shape}", "two 1-D arrays of equal length")
         check_range("gap_pages", gap_pages, 0, integer=True)
         if starts.size and (starts.min() < 0 or (starts + lengths).max() > self.size or lengths.min() < 0):
-            raise ValueError(f"extents fall outside {self.path.name} ({self.size} bytes); expected "
-                             "0 <= start and start + length <= file size")
+            # A damaged index (a dataset opened without full verification) lands here: name the file.
+            bad = int(np.flatnonzero((starts < 0) | (lengths < 0) | (starts + lengths > self.size))[0])
+            raise bad_value(f"extent {bad} of {self.path.name}", (int(starts[bad]), int(lengths[bad])),
+                            f"(start, length) with 0 <= start and start + length <= {self.size} bytes (the file's "
+                            "size); a damaged index file reads past its end: rebuild it with --force")
         sweeping = gap_pages >= SWEEP
         cap = (self.sweep_request if sweeping else self.max_request) // PAGE
         piece = (cap - 1) * PAGE if cap > 1 else PAGE
