@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -343,38 +345,46 @@ def _bench_in_child(name: str, profile: str, quiet: bool):
     with tempfile.TemporaryDirectory(prefix="labkit-reproduce-") as td:
         out = Path(td) / "report.json"
         cmd = [sys.executable, "-m", "labkit.cli", "bench", name, "--profile", profile, "--json", str(out), "--force"]
-        child = subprocess.Popen(cmd + (["--quiet"] if quiet else []), stdout=subprocess.DEVNULL)
+        # Its own process group: a signal for this process is forwarded to the child alone, which
+        # closes its own workers; should it not stop, the whole group is killed, workers included.
+        child = subprocess.Popen(cmd + (["--quiet"] if quiet else []), stdout=subprocess.DEVNULL, process_group=0,
+                                 env={**os.environ, _CHILD_ENV: "1"})
         try:
             rc = child.wait()
-        except KeyboardInterrupt:
-            # Ctrl-C reached the child too (same process group); give it time to run its own clean-up
-            # (worker processes, memory cgroups, temporary tables) rather than killing it at once.
-            _stop_child(child)
+        except BaseException as exc:  # Interrupted (SIGINT, SIGTERM, SIGHUP) or anything else
+            _stop_child(child, getattr(exc, "signum", signal.SIGINT))
             raise
         if rc != 0 or not out.exists():
             raise LabkitError(f"labkit bench {name} --profile {profile} exited with status {rc}")
         return BenchReport.from_json(json.loads(out.read_text()))
 
 
-def _stop_child(child, grace_s: float = 30.0) -> None:
-    """Let an interrupted child bench finish its clean-up before it is killed.
+def _stop_child(child, signum: int = signal.SIGINT, grace_s: float = 60.0) -> None:
+    """Stop `child` (the leader of its own process group) with `signum`, letting it clean up first.
 
-    A Ctrl-C at the terminal reaches the child too, so first it gets a few seconds alone; one
-    that is still running then gets SIGINT (the interrupt may have been sent to this process
-    only), and after `grace_s` in all it is killed. A second Ctrl-C here kills it at once.
+    The child gets `signum` and up to `grace_s` seconds to run its own clean-up (worker processes,
+    temporary files) and exit; then, or at once on a second interrupt here, its whole process
+    group is killed, so nothing it started runs on. Returns once the child has exited.
     """
-    import signal
     import subprocess
+    import time
+    linger = 0.0
     try:
-        alone = min(5.0, grace_s / 3)
-        try:
-            child.wait(timeout=alone)
-        except subprocess.TimeoutExpired:
-            child.send_signal(signal.SIGINT)
-            child.wait(timeout=grace_s - alone)
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+        child.wait(timeout=grace_s)
+        linger = min(5.0, grace_s)  # it stopped: what it started gets a moment to see it gone and exit
     except (subprocess.TimeoutExpired, KeyboardInterrupt):
-        child.kill()
-        child.wait()
+        pass
+    finally:
+        end = time.monotonic() + linger
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            while time.monotonic() < end:
+                os.killpg(child.pid, 0)  # ProcessLookupError once nothing is left in the group
+                time.sleep(0.05)
+            os.killpg(child.pid, signal.SIGKILL)
+        if child.returncode is None:
+            child.wait()
 
 
 def _reproduce(args: argparse.Namespace) -> int:
@@ -591,15 +601,187 @@ class _PipeSafe:
         return getattr(self._s, name)
 
 
+#: Set in the environment of the child benches `labkit reproduce` runs.
+_CHILD_ENV = "LABKIT_REPRODUCE_CHILD"
+
+#: Exit status of a command stopped by each signal: 128 + its number, as a shell reports it.
+_STOP_EXIT = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}
+
+
+class _StopSignals:
+    """Turn SIGINT, SIGTERM and SIGHUP into `Interrupted` in the main thread, for one command.
+
+    SIGINT is blocked in the main thread before anything else starts, so every thread and child
+    process started afterwards (Dask workers, the multiprocessing resource tracker, a child
+    bench) inherits it blocked: a Ctrl-C at the terminal, sent to the whole process group, then
+    reaches none of them mid-way; this process alone gets it (a relay thread waits for it and
+    interrupts the main thread, waking it from any wait with a second, private signal), and
+    stops its workers through their own clean-up path. SIGTERM and SIGHUP are not sent to a
+    whole group by a terminal's Ctrl-C; they are handled in the main thread as usual.
+    Everything is put back on exit, so an in-process caller (a test) keeps its own handling.
+    """
+
+    _WAKE = signal.SIGUSR2
+
+    def __init__(self, tracker: bool = False, restore: bool = True) -> None:
+        self.tracker = tracker  # start multiprocessing's resource tracker first (see __enter__)
+        # False for the process's own command line: the stop signals then stay blocked to the end,
+        # so a second Ctrl-C during the exit (Dask's exit hooks) cannot print a traceback.
+        self.restore = restore
+
+    def __enter__(self) -> "_StopSignals":
+        import threading
+        self.active = threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_sigmask")
+        if not self.active:
+            return self
+        if self.tracker:
+            # multiprocessing starts its resource tracker on first use and then UNBLOCKS SIGINT in the
+            # thread that started it (Dask's process-starting thread): start it now, from here.
+            from multiprocessing import resource_tracker
+            resource_tracker.ensure_running()
+        # Before any import below: a thread they start (numpy's BLAS pool) would not inherit it.
+        self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        from labkit.core.bench import STOP_SIGNALS
+        STOP_SIGNALS.clear()
+        self._closing = False
+        self._stops_seen = 0  # stop signals the wake-up fd has reported
+        names = ("SIGINT", "SIGTERM", "SIGHUP")
+        self.signals = [getattr(signal, n) for n in names if hasattr(signal, n)]
+        self._old = {s: signal.getsignal(s) for s in [*self.signals, self._WAKE]}
+        for sig in self.signals:
+            signal.signal(sig, self._raise)
+        signal.signal(self._WAKE, lambda *_: None)  # only wakes the main thread from a blocking call
+        self._main = threading.main_thread().ident
+        self._relay = threading.Thread(target=self._relay_sigint, name="labkit-sigint-relay", daemon=True)
+        self._relay.start()
+        # A thread that was running before (an in-process caller's) may still take a signal: Python
+        # then only flags it for the main thread, which a blocking wait would not notice. The
+        # wake-up fd reports every signal Python's handler sees, whichever thread ran it.
+        import socket
+        self._wr, self._rd = socket.socketpair()
+        self._wr.setblocking(False)
+        self._old_fd = signal.set_wakeup_fd(self._wr.fileno(), warn_on_full_buffer=False)
+        self._waker = threading.Thread(target=self._wake_on_stop, name="labkit-signal-waker", daemon=True)
+        self._waker.start()
+        return self
+
+    @staticmethod
+    def _raise(signum, frame) -> None:
+        from labkit.core.bench import STOP_SIGNALS, Interrupted
+        if not STOP_SIGNALS:
+            _quiet_teardown()
+        STOP_SIGNALS.append(signum)
+        raise Interrupted(signum)
+
+    def _relay_sigint(self) -> None:
+        import _thread
+        while True:
+            signal.sigwait({signal.SIGINT})
+            if self._closing:
+                return
+            from labkit.core.bench import STOP_SIGNALS
+            seen = len(STOP_SIGNALS)
+            _thread.interrupt_main(signal.SIGINT)  # runs _raise in the main thread ...
+            self._poke(seen + 1)  # ... now, not after its current wait
+
+    def _poke(self, target: int) -> None:
+        """Wake the main thread from a blocking call until its handler has run `target` times in all.
+
+        One wake-up can land just before the main thread enters its wait, which then sleeps on
+        with the signal flagged but unhandled: so it is repeated until the handler has run.
+        """
+        import time
+        from labkit.core.bench import STOP_SIGNALS
+        end = time.monotonic() + 60
+        while len(STOP_SIGNALS) < target and not self._closing and time.monotonic() < end:
+            signal.pthread_kill(self._main, self._WAKE)
+            time.sleep(0.02)
+
+    def _wake_on_stop(self) -> None:
+        stops = set(self.signals)
+        while True:
+            try:
+                got = self._rd.recv(64)
+            except OSError:
+                return
+            if not got or self._closing:
+                return
+            n = sum(b in stops for b in got)  # not our own wake-up signal, which reports here too
+            if n:
+                self._stops_seen += n
+                self._poke(self._stops_seen)
+
+    def __exit__(self, *exc) -> None:
+        if not self.active:
+            return
+        from labkit.core.bench import STOP_SIGNALS
+        # Quiet from here: a second signal must not turn the one-line exit into a traceback.
+        signal.pthread_sigmask(signal.SIG_BLOCK, set(self.signals))
+        self._closing = True
+        signal.pthread_kill(self._relay.ident, signal.SIGINT)  # ends the relay's sigwait
+        self._relay.join(5)
+        signal.set_wakeup_fd(self._old_fd)
+        self._wr.close()  # ends the waker's recv
+        self._waker.join(5)
+        self._rd.close()
+        if not self.restore:
+            return
+        for sig, old in self._old.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+        STOP_SIGNALS.clear()
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     saved = sys.stdout, sys.stderr
     if args.cmd in ("bench", "reproduce"):  # they write files: a closed pipe must not stop them
         sys.stdout, sys.stderr = _PipeSafe(sys.stdout), _PipeSafe(sys.stderr)
     try:
-        return _main(args)
+        if args.cmd not in ("bench", "reproduce", "data"):  # `lab` execs Jupyter: it keeps the usual handling
+            return _main(args)
+        with _StopSignals(tracker=args.cmd == "bench" or not getattr(args, "isolate", True), restore=argv is not None):
+            from labkit.core.bench import STOP_SIGNALS, Interrupted
+            try:
+                rc = _main(args)
+                if STOP_SIGNALS:  # raised where Python drops exceptions (a finalizer): still stopped
+                    raise Interrupted(STOP_SIGNALS[0])
+                return rc
+            except BaseException as exc:
+                stop = STOP_SIGNALS[0] if STOP_SIGNALS else getattr(exc, "signum", None)
+                if stop is None and not isinstance(exc, KeyboardInterrupt):
+                    raise
+                _quiet_teardown()
+                return _stopped(stop)
     finally:
         sys.stdout, sys.stderr = saved
+
+
+def _quiet_teardown() -> None:
+    """Silence what tearing down half-started work prints once the user has asked to stop.
+
+    A Dask cluster interrupted while its workers start cannot close cleanly: Dask logs the
+    failed start, its exit hook's assertion and never-retrieved task errors, dozens of lines
+    about a stop that was asked for. The processes still end (this process closes its clusters
+    or, failing that, its workers exit with it); only the messages go, for the rest of the process.
+    """
+    import logging
+    import warnings
+    warnings.simplefilter("ignore")  # "coroutine ... was never awaited": a wait the interrupt cut short
+    for name in ("distributed", "asyncio", "tornado"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    sys.unraisablehook = lambda unraisable: None  # "Exception ignored in ..." from finalizers and exit hooks
+
+
+def _stopped(signum: int | None) -> int:
+    """Say on one line that the command was stopped by `signum` (None: a KeyboardInterrupt); return its exit status."""
+    import signal
+    name = signal.Signals(signum).name if signum else "SIGINT"
+    # Whatever a clean-up interrupted half-way raised is not the story: the signal is.
+    if not os.environ.get(_CHILD_ENV):  # a child bench of reproduce: the parent's line says it
+        with contextlib.suppress(Exception):
+            print(f"labkit: interrupted ({name}); stopped and cleaned up", file=sys.stderr, flush=True)
+    return _STOP_EXIT.get(name, 128 + int(signum or 2))
 
 
 def _main(args: argparse.Namespace) -> int:

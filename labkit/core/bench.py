@@ -33,6 +33,34 @@ PROGRESS_DELAY_S = 5.0
 _OPS = {">=": lambda m, t: m >= t, "<=": lambda m, t: m <= t, "==": lambda m, t: m == t}
 
 
+class Interrupted(KeyboardInterrupt):
+    """Raised in the main thread when a command gets a stop signal (SIGINT, SIGTERM, SIGHUP).
+
+    A KeyboardInterrupt, so every clean-up path written for Ctrl-C (closing a Dask cluster,
+    removing a temporary folder) runs for SIGTERM too.
+    """
+
+    def __init__(self, signum: int) -> None:
+        import signal
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+#: Stop signals received by this process (the command-line handlers append), oldest first.
+STOP_SIGNALS: list[int] = []
+
+
+def check_interrupt() -> None:
+    """Raise Interrupted if a stop signal has been received.
+
+    The handler raises at once, but an exception raised while Python runs a finalizer or a
+    callback is printed and dropped; this check, at each progress point of a bench, makes sure
+    such a signal still stops the bench rather than letting it finish as if nothing happened.
+    """
+    if STOP_SIGNALS:
+        raise Interrupted(STOP_SIGNALS[0])
+
+
 @dataclass
 class Claim:
     """A paper claim, the lab's target for it, and (once measured) the lab's number."""
@@ -287,6 +315,7 @@ class Bench:
 
     def log(self, msg: str) -> None:
         """Print a progress line (to stderr by default) when progress is on."""
+        check_interrupt()
         if self.progress:
             print(f"[{self.system}] {msg}", file=self.out, flush=True)
 
@@ -303,6 +332,7 @@ class Bench:
         """
         check_range("repeats", repeats, 1, integer=True)
         check_range("warmup", warmup, 0, integer=True)
+        check_interrupt()
         if not contenders:
             raise ValueError("contenders={} is not accepted; expected at least one callable")
         names = list(contenders)
@@ -325,6 +355,7 @@ class Bench:
         for _ in range(warmup):
             for n in names:
                 bar.set_postfix_str(f"warm-up: {n}", refresh=False)
+                check_interrupt()
                 t = self._time(contenders[n], 1)
                 bar.update(1)
                 if min_sample_s > 0 and t < min_sample_s:
@@ -335,6 +366,7 @@ class Bench:
             order = names[r % len(names):] + names[:r % len(names)]
             for n in order:
                 bar.set_postfix_str(f"round {r + 1}/{repeats}: {n}", refresh=False)
+                check_interrupt()
                 if memory:
                     gc.collect()
                     # Freed heap pages still resident would serve the contender's allocations without
@@ -386,6 +418,7 @@ class Bench:
         self.notes.append(text)
 
     def report(self) -> BenchReport:
+        check_interrupt()  # an interrupted bench has no report, even if the signal was dropped
         machine = dict(machine_info(), cpu_steal=steal_share(self._ticks0))
         return BenchReport(self.system, self.profile, machine, dict(self.results),
                            list(self.claims.values()), list(self.comparisons), self._started,
