@@ -28,7 +28,9 @@ EPILOG = """examples:
 
 Each command has its own help: labkit COMMAND --help. Profiles default to ci.
 exit status: 0 done; 1 doctor found a required item missing, or a bench itself failed;
-2 bad input (one line on stderr naming the argument, the value and what is accepted).
+2 bad input (one line on stderr naming the argument, the value and what is accepted);
+130, 143, 129 stopped by Ctrl-C (SIGINT), SIGTERM or SIGHUP: bench, reproduce and data clean up
+(worker processes, temporary folders) and say so on one line.
 LABKIT_DEBUG=1 in the environment shows the traceback behind such a line.
 """
 
