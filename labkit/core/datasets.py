@@ -430,17 +430,19 @@ def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
         return open_dataset(name, profile, root=root, build=False)
     p = dict(spec.profiles[profile])
     p.update(params or {})
+    # The bar first (its import takes a while): an interrupt there leaves no folder to remove.
+    stages = StageBar(f"building {name}/{profile}", ("generating", "hashing", "committing"), progress)
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{profile}.building-{os.getpid()}-", dir=final.parent))
     except OSError as exc:
+        stages.close()
         fix = f"pass root= a writable folder (root={str(root)!r})" if root else \
             "set LABKIT_DATA to a writable folder"
         raise DatasetError(f"cannot create a dataset under {final.parent} ({exc.strerror}); {fix}") from None
-    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; a built dataset is as shareable as any folder
-    stages = StageBar(f"building {name}/{profile}", ("generating", "hashing", "committing"), progress)
     old: Path | None = None
     try:
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; a built dataset is as shareable as any folder
         w = DatasetWriter(tmp, spec, profile, p)
         spec.builder(w, p)
         stages.next()

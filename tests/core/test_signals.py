@@ -178,3 +178,25 @@ def test_ctrl_c_during_bench_graph_is_one_line_and_exit_130(data_root, point):
     assert len(after) <= 2 and after[-1] == "labkit: interrupted (SIGINT); stopped and cleaned up", rest
     assert "Traceback" not in rest and "leaked semaphore" not in rest and out == ""
     _wait_until(lambda: not _running(tree), f"the end of every process of the tree {tree}", 60)
+
+
+def test_ctrl_c_during_data_make_leaves_no_half_built_folder(data_root):
+    """Ctrl-C while `labkit data make` builds: exit 130, one line, and no `.ci.building-*` folder left
+    (an interrupt that landed before the build's clean-up was armed left one)."""
+    p = subprocess.Popen([sys.executable, "-m", "labkit.cli", "data", "make", "caliex", "--profile", "ci"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        def building():
+            return p.poll() is not None or any(n.startswith(".ci.building-") for n in
+                                               (os.listdir(data_root / "caliex") if (data_root / "caliex").is_dir() else []))
+        _wait_until(building, "the build's temporary folder")
+        assert p.poll() is None, "the build finished before it could be interrupted"
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "labkit: interrupted (SIGINT); stopped and cleaned up" and "Traceback" not in err
+    assert os.listdir(data_root / "caliex") == []
