@@ -624,6 +624,8 @@ class _StopSignals:
     """
 
     _WAKE = signal.SIGUSR2
+    _active = 0  # commands in progress with these handlers (see _forked)
+    _hooked = False
 
     def __init__(self, tracker: bool = False, restore: bool = True) -> None:
         self.tracker = tracker  # start multiprocessing's resource tracker first (see __enter__)
@@ -665,7 +667,23 @@ class _StopSignals:
         self._old_fd = signal.set_wakeup_fd(self._wr.fileno(), warn_on_full_buffer=False)
         self._waker = threading.Thread(target=self._wake_on_stop, name="labkit-signal-waker", daemon=True)
         self._waker.start()
+        if not _StopSignals._hooked and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_StopSignals._forked)
+            _StopSignals._hooked = True
+        _StopSignals._active += 1
         return self
+
+    @staticmethod
+    def _forked() -> None:
+        """In a child forked without exec (a worker pool): the usual handling, and no writes to our wake-up fd."""
+        if not _StopSignals._active:
+            return
+        _StopSignals._active = 0
+        with contextlib.suppress(ValueError, OSError):
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGHUP, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
     @staticmethod
     def _raise(signum, frame) -> None:
@@ -716,6 +734,7 @@ class _StopSignals:
     def __exit__(self, *exc) -> None:
         if not self.active:
             return
+        _StopSignals._active = max(0, _StopSignals._active - 1)
         from labkit.core.bench import STOP_SIGNALS
         # Quiet from here: a second signal must not turn the one-line exit into a traceback.
         signal.pthread_sigmask(signal.SIG_BLOCK, set(self.signals))
