@@ -150,9 +150,9 @@ def test_sigterm_to_reproduce_stops_its_child_bench_and_leaves_nothing(data_root
 
 
 # Where the Ctrl-C lands: the first progress line (before any worker), the line announcing the
-# Dask workers (while they start), and the comparison's result (the cluster about to close).
-POINTS = {"first progress": "[graph] build:", "workers starting": "Dask workers",
-          "cluster in use": "Dask partition workers:"}
+# Dask workers (while they start), and once both workers run (epochs going on, a ~10 s window).
+POINTS = {"first progress": ("[graph] build:", 0), "workers starting": ("Dask workers", 0),
+          "cluster in use": ("Dask workers", 3)}
 
 
 @pytest.mark.slow
@@ -165,7 +165,10 @@ def test_ctrl_c_during_bench_graph_is_one_line_and_exit_130(data_root, point):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         lines: list[str] = []
-        _read_until(p, POINTS[point], lines)
+        marker, processes = POINTS[point]
+        _read_until(p, marker, lines)
+        if processes:  # the resource tracker and both workers
+            _wait_until(lambda: len(_descendants(p.pid)) >= processes, "the Dask workers")
         tree = _descendants(p.pid)
         os.killpg(p.pid, signal.SIGINT)
         out, rest = p.communicate(timeout=600)
