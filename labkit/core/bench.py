@@ -19,13 +19,16 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.core.machine import (cpu_ticks, machine_info, release_free_memory, reset_peak_rss, rss_bytes,
                                  steal_share)
 from labkit.core.profiles import check_profile
 from labkit.core.progress import progress_bar
+
+if TYPE_CHECKING:
+    from labkit.core.spread import Spread
 
 #: A comparison's progress bar appears only after it has run this long (seconds): quick ones stay quiet.
 PROGRESS_DELAY_S = 5.0
@@ -130,6 +133,16 @@ class Comparison:
         tb, tn = self._t(base), self._t(new)
         return statistics.median(b / n for b, n in zip(tb, tn))
 
+    def spread(self, base: str, new: str, **kw) -> "Spread":
+        """Speedup of `new` over `base` with its spread: median of per-round ratios and a 95% interval."""
+        from labkit.core.spread import ratio_spread
+        return ratio_spread(self._t(base), self._t(new), **kw)
+
+    def time_spread(self, name: str, **kw) -> "Spread":
+        """Seconds per call of `name`: median over rounds and a 95% interval."""
+        from labkit.core.spread import spread
+        return spread(self._t(name), unit="s", **kw)
+
     def best_ratio(self, bases: Iterable[str], new: str) -> float:
         """Speedup of `new` over the fastest (by median) of `bases`."""
         best = min(bases, key=self.median)
@@ -168,6 +181,16 @@ class Comparison:
         cs = d["contenders"]
         return cls(d["case"], {n: list(c["times_s"]) for n, c in cs.items()},
                    {n: c.get("peak_mem_bytes") for n, c in cs.items()}, d.get("work"), d.get("work_unit", ""))
+
+
+def interleave(contenders: dict[str, Callable[[], Any]], *, rounds: int = 7, warmup: int = 1,
+               case: str = "live", min_sample_s: float = 0.0) -> Comparison:
+    """Return a Comparison of `contenders` run interleaved (A B, B A, ...), quietly: the notebooks' timer.
+
+    The same rounds as :meth:`Bench.compare`; read ratios with :meth:`Comparison.spread`.
+    """
+    b = Bench("live", "ci", progress=False)
+    return b.compare(case, contenders, repeats=rounds, warmup=warmup, min_sample_s=min_sample_s)
 
 
 def _fmt_s(t: float) -> str:
