@@ -15,6 +15,7 @@ import numpy as np
 
 from labkit.core.bench import Bench, BenchReport, Claim, read_section
 from labkit.core.errors import check_range
+from labkit.core.metrics import ResultTable
 
 TOUR_CLAIMS = [Claim("tour.sorted_gather_speedup", "gathering rows in sorted id order beats random order",
                      "locality (no paper)", 1.0, "x", ">=")]
@@ -49,6 +50,20 @@ def gather_bench(rows: int, batch: int, dim: int = 16, repeats: int = 5, progres
                   repeats=repeats, warmup=1, min_sample_s=0.01, work=batch * dim * 4, work_unit="B")
     b.measure("tour.sorted_gather_speedup", c.ratio("random order", "sorted order"))
     return c, b
+
+
+def gather_table(c) -> ResultTable:
+    """The gather comparison as a table with units: time per gather and throughput (median [95% interval])
+    and sorted order's speedup over random order, with its verdict."""
+    t = ResultTable(title=f"{c.case}: {len(c.times['random order'])} interleaved rounds, median [95% interval]")
+    sp = c.spread("random order", "sorted order")
+    for name in ("random order", "sorted order"):
+        s = c.time_spread(name)
+        row = {"order": name, "time per gather": f"{s.median * 1e3:.3g} ms [{s.lo * 1e3:.3g}, {s.hi * 1e3:.3g}]",
+               "throughput": f"{(c.work or 0) / 1e9 / s.median:.2f} GB/s",
+               "speedup over random": "baseline" if name == "random order" else f"{sp}: {sp.verdict()}"}
+        t.add(**row)
+    return t
 
 
 class TourReport(BenchReport):
@@ -93,8 +108,37 @@ class RecordedClaims:
         from labkit.core.metrics import markdown_table_html
         return markdown_table_html(self.markdown)
 
+    def by_system(self) -> "ResultTable":
+        """One row per system (in the table's order): how many claims passed, missed, or were not measured."""
+        from labkit.core.metrics import ResultTable
+        counts: dict[str, dict[str, int]] = {}
+        for r in self.rows:
+            c = counts.setdefault(r.get("system", "?"), {"pass": 0, "miss": 0, "not measured": 0})
+            v = r.get("verdict", "")
+            c[v if v in c else "not measured"] += 1
+        t = ResultTable(title="claims per system, as last recorded (small profile)")
+        for system, c in counts.items():
+            t.add(system=system, claims=sum(c.values()), **c)
+        return t
+
+    def details(self) -> "Details":
+        """The full table folded into a collapsed ``<details>`` block (click to open)."""
+        return Details(f"All {len(self.rows)} recorded claims", self._repr_html_())
+
     def __str__(self) -> str:
         return self.markdown
+
+
+@dataclass
+class Details:
+    """HTML folded into a collapsed ``<details>`` block under a one-line summary."""
+
+    summary: str
+    html: str
+
+    def _repr_html_(self) -> str:
+        import html
+        return f"<details><summary>{html.escape(self.summary)}</summary>\n{self.html}\n</details>"
 
 
 def recorded_claims(path: str | None = None) -> RecordedClaims:

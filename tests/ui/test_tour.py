@@ -67,3 +67,41 @@ def test_markdown_table_html_renders_bold_and_code_escaped():
     assert "<p><b>Claims</b> &amp; more</p>" in out
     assert "<th><code>x&amp;y</code></th><th><b>miss</b></th>" in out
     assert "<td>`odd</td>" in out  # an unmatched backtick stays literal
+
+
+def test_claims_by_system_counts_each_verdict(tmp_path):
+    p = tmp_path / "BENCHMARKS.md"
+    p.write_text(CLAIMS)
+    got = tour.recorded_claims(str(p))
+    rows = got.by_system().rows
+    assert [r["system"] for r in rows] == ["Flash-LLM", "AliGraph"]  # the table's order
+    assert rows[0] == {"system": "Flash-LLM", "claims": 2, "pass": 1, "miss": 0, "not measured": 1}
+    assert rows[1] == {"system": "AliGraph", "claims": 1, "pass": 0, "miss": 1, "not measured": 0}
+    html = got.details()._repr_html_()
+    assert html.startswith("<details><summary>All 3 recorded claims</summary>") and html.endswith("</details>")
+    assert "<code>spmm.a</code>" in html
+
+
+def test_gather_table_shows_times_with_units_and_the_speedup_interval():
+    c, _ = tour.gather_bench(1 << 12, 1 << 10, repeats=5)
+    rows = tour.gather_table(c).rows
+    assert [r["order"] for r in rows] == ["random order", "sorted order"]
+    assert all(r["time per gather"].endswith("]") and " ms [" in r["time per gather"] for r in rows)
+    assert all(r["throughput"].endswith(" GB/s") for r in rows)
+    sp = c.spread("random order", "sorted order")
+    assert rows[1]["speedup over random"] == f"{sp}: {sp.verdict()}"
+
+
+def test_gather_explorer_draws_bars_with_intervals_and_redraws_on_a_move():
+    from labkit.ui.tour import gather_explorer
+    view, fig, state = gather_explorer(max_log2_rows=14, repeats=3)
+    before = (tuple(fig.data[0].y), fig.layout.title.text)
+    bar = fig.data[0]
+    assert all(y > 0 for y in bar.y) and len(bar.error_y.array) == 2 and len(bar.error_y.arrayminus) == 2
+    assert all(a >= 0 for a in bar.error_y.array) and all(a >= 0 for a in bar.error_y.arrayminus)
+    assert "sorted is" in fig.layout.title.text and "[" in fig.layout.title.text
+    state.controls["log2 rows"].value = 13
+    assert state.updates == 2 and state.error is None
+    assert (tuple(fig.data[0].y), fig.layout.title.text) != before
+    assert fig.layout.title.text.startswith("8,192 rows")
+    assert state.controls["log2 rows"].style.description_width == "initial"
