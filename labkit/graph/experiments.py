@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import time
+
+# As in `labkit bench graph`: OpenMP threads spinning at barriers starve the thread doing the work
+# on a shared 2-core machine (torch's sampler most of all). Set before torch starts its pool.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from dataclasses import dataclass, replace
 from typing import Callable
 
-import numpy as np
-import torch
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
-from labkit.core.bench import Bench, Comparison
-from labkit.core.errors import check_range, check_seed
+from labkit.core.bench import Comparison, interleave
+from labkit.core.errors import bad_value, check_range, check_seed
+from labkit.core.metrics import ResultTable
+from labkit.core.spread import Spread
 from labkit.graph.csr import CSR, build_csr, build_csr_chunked
 from labkit.graph.datasets import GraphData
-from labkit.graph.importance import CacheStats, NeighborCache, importance, plan_cache
+from labkit.graph.importance import CachePlan, CacheStats, NeighborCache, gather_lists, importance, plan_cache
 from labkit.graph.negative import negative_sample
 from labkit.graph.partition import partition
 from labkit.graph.rmat import RMatParams, rmat_edge_chunks, rmat_edges
@@ -39,31 +46,39 @@ def build_streamed(params: RMatParams, chunk_edges: int = 1 << 18,
 
 @dataclass
 class BuildComparison:
-    """The build section's answer: one row per builder, labkit's speedup over scipy, and the streamed CSR."""
+    """The build section's answer: labkit's speedup over scipy with its spread, a table, the streamed CSR."""
 
     rows: list[dict]
-    speedup_scipy: float
+    speedup: Spread
     edges_per_s: float
     streamed: CSR
     comparison: Comparison
 
+    @property
+    def speedup_scipy(self) -> float:
+        """Median over rounds of time(scipy) / time(labkit)."""
+        return self.speedup.median
 
-def build_comparison(params: RMatParams, *, repeats: int = 3, chunk_edges: int = 1 << 18,
+    def table(self) -> ResultTable:
+        return ResultTable(self.rows, title=f"building a CSR from {self.comparison.work:,.0f} edges")
+
+
+def build_comparison(params: RMatParams, *, rounds: int = 5, chunk_edges: int = 1 << 18,
                      progress: Callable[[int], None] | None = None) -> BuildComparison:
-    """Build the R-MAT edges of `params` three ways and return the table and labkit's speedup over scipy.
+    """Build the R-MAT edges of `params` out of core once, then time labkit against scipy in memory.
 
     1. labkit streamed: two passes over generated chunks (:func:`build_streamed`, run once after
-       an untimed tiny build, with `progress(n_edges)` after each chunk; its time includes
-       generating the edges twice).
+       an untimed tiny build, with `progress(n_edges)` after each chunk): the edge list is never
+       held. It is not timed against anything; the notebook shows what it built.
     2. labkit in memory (:func:`labkit.graph.csr.build_csr`, dedup) and 3. scipy COO->CSR (which
-       sums duplicates, so the same canonical CSR): checked equal once, warmed up once more, then
-       timed side by side with :meth:`labkit.core.bench.Bench.compare` (`repeats` interleaved
-       rounds, medians), as ``labkit bench graph`` does at larger scale.
+       sums duplicates, so the same canonical CSR): checked equal once, then timed interleaved
+       (:func:`labkit.core.bench.interleave`, `rounds` rounds after one warm-up round).
     """
+    import numba
     import scipy.sparse as sp
 
-    check_range("repeats", repeats, 1, integer=True)
-    streamed, t_stream = build_streamed(params, chunk_edges, progress)
+    check_range("rounds", rounds, 1, integer=True)
+    streamed, _ = build_streamed(params, chunk_edges, progress)
     src, dst = rmat_edges(params)
     n, m = params.num_nodes, params.num_edges
     ones = np.ones(m, np.float32)
@@ -78,19 +93,78 @@ def build_comparison(params: RMatParams, *, repeats: int = 3, chunk_edges: int =
     if not (np.array_equal(ours.indptr, ref.indptr) and np.array_equal(ours.indices, ref.indices)):
         raise AssertionError("labkit build and scipy disagree on the CSR")
     del ours, ref
-    c = Bench("graph", "ci", progress=False).compare(
-        f"build CSR, {m:,} edges", {"scipy_coo_tocsr": scipy_build, "labkit_build_csr": labkit_build},
-        repeats=repeats, warmup=1, work=m, work_unit="edges")
-    rows = [{"builder": "labkit streamed (2 passes, edges generated twice)", "seconds": t_stream,
-             "edges_per_s": m / t_stream, "runs": 1}]
-    import numba
+    c = interleave({"scipy": scipy_build, "labkit": labkit_build}, rounds=rounds, warmup=1,
+                   case=f"build CSR, {m:,} edges")
+    c.work, c.work_unit = m, "edges"
     threads = numba.get_num_threads()
-    for name, label in (("labkit_build_csr", f"labkit in memory ({threads} thread{'s' * (threads > 1)})"),
-                        ("scipy_coo_tocsr", "scipy COO->CSR (1 thread)")):
-        rows.append({"builder": label, "seconds": c.median(name), "edges_per_s": c.throughput(name),
-                     "runs": repeats})
-    return BuildComparison(rows, c.ratio("scipy_coo_tocsr", "labkit_build_csr"), c.throughput("labkit_build_csr"),
-                           streamed, c)
+    rows = []
+    for name, label in (("scipy", "scipy COO->CSR (1 thread)"),
+                        ("labkit", f"labkit in memory ({threads} thread{'s' * (threads > 1)})")):
+        t = c.time_spread(name)
+        rows.append({"builder": label, "seconds (median [95% interval])": str(t),
+                     "M edges/s": f"{m / t.median / 1e6:.1f}",
+                     "speedup vs scipy": "1 (baseline)" if name == "scipy" else str(c.spread("scipy", "labkit"))})
+    return BuildComparison(rows, c.spread("scipy", "labkit"), c.throughput("labkit"), streamed, c)
+
+
+@dataclass
+class SamplerComparison:
+    """labkit's NEIGHBORHOOD sampler against a vectorised torch sampler: speedup with its spread."""
+
+    speedup: Spread
+    rows: list[dict]
+    comparison: Comparison
+
+    def table(self) -> ResultTable:
+        return ResultTable(self.rows, title=self.comparison.case)
+
+
+def sampler_comparison(scale: int, *, batch: int = 1024, batches: int = 4, fanouts: tuple[int, ...] = (15, 10),
+                       rounds: int = 7, seed: int = 7) -> SamplerComparison:
+    """Time multi-hop sampling with replacement on R-MAT in-edges: torch (the baseline) vs labkit, interleaved.
+
+    The same seeds for both, `batches` batches of `batch` per round; the speedup is per-round
+    time(torch) / time(labkit) scaled by the sampled-edge counts (near equal: k per vertex).
+    """
+    from labkit.core.spread import spread
+    from labkit.graph.bench import TorchSampler
+    from labkit.graph.csr import build_csc
+    from labkit.graph.sampling import NeighborSampler
+
+    check_range("rounds", rounds, 1, integer=True)
+    check_range("batches", batches, 1, integer=True)
+    p = RMatParams(scale=scale)
+    src, dst = rmat_edges(p)
+    csc = build_csc(src, dst, p.num_nodes)
+    del src, dst
+    rng = np.random.default_rng(check_seed(seed))
+    seeds = [rng.choice(p.num_nodes, min(batch, p.num_nodes), replace=False) for _ in range(batches)]
+    ours = NeighborSampler(csc.indptr, csc.indices, frontier="all")
+    base = TorchSampler(csc.indptr, csc.indices, seed=seed)
+    fan = list(fanouts)
+    edges = {"torch": [], "labkit": []}
+    calls = {"n": 0}
+
+    def run_torch():
+        edges["torch"].append(sum(base.sample(s, fan) for s in seeds))
+
+    def run_labkit():
+        calls["n"] += 1
+        edges["labkit"].append(sum(ours.sample(s, fan, replace=True, seed=calls["n"], stream=i).num_sampled_edges
+                                   for i, s in enumerate(seeds)))
+
+    c = interleave({"torch": run_torch, "labkit": run_labkit}, rounds=rounds, warmup=1,
+                   case=f"sampling {fan} from {batches} x {batch} seeds, R-MAT scale {scale} in-edges")
+    # Drop the warm-up round's counts; the rest pair with the timed rounds.
+    et, el = np.asarray(edges["torch"][1:], float), np.asarray(edges["labkit"][1:], float)
+    ratios = np.asarray(c.times["torch"]) / np.asarray(c.times["labkit"]) * (el / et)
+    sp_ = spread(ratios)
+    rows = []
+    for name, e, label in (("torch", et, "vectorised torch (baseline)"), ("labkit", el, "labkit numba kernels")):
+        rate = spread(e / np.asarray(c.times[name]) / 1e6, unit="M edges/s")
+        rows.append({"sampler": label, "sampled edges/s (median [95% interval])": str(rate),
+                     "speedup vs torch": "1 (baseline)" if name == "torch" else str(sp_)})
+    return SamplerComparison(sp_, rows, c)
 
 
 def cache_point(g: GraphData, threshold: float, *, k: int = 1, num_parts: int = 4, batches: int = 4,
@@ -140,9 +214,119 @@ def _warm_up(g: GraphData, store, cache: NeighborCache | None, fanouts, seed: in
         cache.stats, cache.feature_stats = CacheStats(), CacheStats()
 
 
-def operator_throughput(csr: CSR, csc: CSR, *, batch: int = 1024, k: int = 10, repeats: int = 3,
-                        seed: int = 0) -> list[dict]:
-    """Return one row per sampling operator: sampled (or drawn) ids per second on `batch` random vertices."""
+class _RecordingStore:
+    """A store that serves out-neighbour lists from memory and keeps every id list it was asked for."""
+
+    def __init__(self, csr: CSR) -> None:
+        self.csr, self.num_nodes, self.lookups = csr, csr.num_nodes, []
+
+    def neighbors(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self.lookups.append(np.array(ids, np.int64))
+        return gather_lists(self.csr.indptr, self.csr.indices, np.asarray(ids, np.int64))
+
+
+#: The cache plans compared: what each ranks vertices by before filling the byte budget.
+POLICIES = ("importance", "in-degree", "degree", "random")
+
+
+class HitRateLab:
+    """Hit rates of neighbour caches of a given size (share of list bytes), by importance and by simpler plans.
+
+    Each of `rounds` rounds records the neighbour-list lookups of `batches` mini-batches of
+    multi-hop sampling (:class:`StoreSampler`, `fanouts`, `batch_size` random seeds, a different
+    seed stream per round). A plan fills a byte budget with the highest-ranked vertices that have
+    an out-list; :class:`NeighborCache` built from it then counts the recorded lookups it serves.
+    Ranks: importance Imp_k = D_in^k / D_out^k, in-degree, degree (in + out), a random order.
+    """
+
+    def __init__(self, csr: CSR, csc: CSR, *, rounds: int = 5, batches: int = 8, batch_size: int = 512,
+                 fanouts: tuple[int, ...] = (10, 5), k: int = 1, seed: int = 0) -> None:
+        check_range("rounds", rounds, 1, 100, integer=True)
+        check_range("batches", batches, 1, integer=True)
+        self.csr, self.rounds, self.seed = csr, rounds, check_seed(seed)
+        deg_in, deg_out = csc.degree().astype(np.float64), csr.degree()
+        self.cost = deg_out.astype(np.int64) * csr.indices.itemsize + 8  # the list and its offset
+        self.total = csr.indptr.nbytes + csr.indices.nbytes
+        self._has = deg_out > 0
+        self.scores = {"importance": importance(csr, csc, k), "in-degree": deg_in,
+                       "degree": deg_in + deg_out}
+        self.streams = []
+        n = csr.num_nodes
+        for r in range(rounds):
+            rec = _RecordingStore(csr)
+            sampler = StoreSampler(rec)
+            rng = np.random.default_rng([self.seed, r])
+            for b in range(batches):
+                sampler.sample(rng.choice(n, min(batch_size, n), replace=False), list(fanouts),
+                               seed=self.seed + r, stream=b)
+            self.streams.append(np.concatenate(rec.lookups))
+        self._orders: dict[str, np.ndarray] = {}
+
+    def _order(self, policy: str, r: int) -> np.ndarray:
+        if policy == "random":
+            order = np.random.default_rng([self.seed, 99, r]).permutation(self.csr.num_nodes)
+        else:
+            if policy not in self._orders:
+                self._orders[policy] = np.argsort(-self.scores[policy], kind="stable")
+            order = self._orders[policy]
+        return order[self._has[order]]
+
+    def plan(self, policy: str, size: float, r: int = 0) -> CachePlan:
+        """Return the plan of `policy` whose lists and offsets fit in `size` x the graph's list bytes."""
+        if policy not in POLICIES:
+            raise bad_value("policy", policy, "one of " + ", ".join(POLICIES))
+        check_range("size", size, 0.0, 1.0)
+        order = self._order(policy, r)
+        fit = int(np.searchsorted(np.cumsum(self.cost[order]), size * self.total, side="right"))
+        v = np.sort(order[:fit])
+        return CachePlan(v, float("nan"), 1, len(v) / max(1, self.csr.num_nodes), fit < len(order))
+
+    def measure(self, size: float) -> dict:
+        """Return {policy: Spread of the hit rate in %} over the rounds, plus "vertices" (Spread, % cached)."""
+        from labkit.core.spread import spread
+        out, cached = {}, []
+        for policy in POLICIES:
+            rates = []
+            for r, ids in enumerate(self.streams):
+                plan = self.plan(policy, size, r)
+                cache = NeighborCache.build(self.csr, plan)
+                cache.split(ids)
+                rates.append(100 * cache.stats.hit_rate)
+                if policy == "importance":
+                    cached.append(100 * plan.fraction)
+            out[policy] = spread(rates, unit="%")
+        out["vertices"] = spread(cached, unit="%")
+        return out
+
+    def table(self, sizes) -> ResultTable:
+        """Return a table: one row per cache size, the hit rate of each plan (median [95% interval])."""
+        rows = []
+        for s in sizes:
+            m = self.measure(s)
+            rows.append({"cache size (% of list bytes)": f"{100 * s:g}%",
+                         "vertices cached by importance": f"{m['vertices'].median:.1f}%",
+                         **{f"hit rate: {p}": str(m[p]) for p in POLICIES}})
+        return ResultTable(rows, title=f"share of neighbour-list lookups the cache serves ({self.rounds} rounds)")
+
+
+@dataclass
+class OperatorRates:
+    """Ids drawn per second by each sampling operator, with the spread over rounds."""
+
+    rates: dict[str, Spread]
+    ids: dict[str, int]
+
+    def table(self, title: str = "") -> ResultTable:
+        rows = [{"operator": k, "ids per call": f"{self.ids[k]:,}", "ids/s (median [95% interval])": str(v)}
+                for k, v in self.rates.items()]
+        return ResultTable(rows, title=title)
+
+
+def operator_throughput(csr: CSR, csc: CSR, *, batch: int = 1024, k: int = 10, rounds: int = 5,
+                        seed: int = 0) -> OperatorRates:
+    """Return each sampling operator's ids drawn per second on `batch` random vertices, over `rounds` interleaved rounds."""
+    from labkit.core.spread import spread
+
     rng = np.random.default_rng(check_seed(seed))
     rows = rng.choice(csr.num_nodes, batch, replace=False)
     w = rng.random(csr.num_edges)
@@ -161,6 +345,7 @@ def operator_throughput(csr: CSR, csc: CSR, *, batch: int = 1024, k: int = 10, r
         "NEGATIVE in_degree (rejects neighbours)": lambda: negative_sample(csr, rows, k, by="in_degree").dst,
     }
     ids = {name: len(f()) for name, f in ops.items()}  # also compiles each kernel
-    c = Bench("graph", "ci", progress=False).compare(f"operators, {batch} seeds, k={k}", ops, repeats=repeats,
-                                                     warmup=0)
-    return [{"operator": name, "ids": n, "ids_per_s": n / max(c.median(name), 1e-9)} for name, n in ids.items()]
+    c = interleave(ops, rounds=rounds, warmup=1, min_sample_s=0.01, case=f"operators, {batch} seeds, k={k}")
+    rates = {name: spread([n / max(t, 1e-9) / 1e6 for t in c.times[name]], unit="M ids/s")
+             for name, n in ids.items()}
+    return OperatorRates(rates, ids)

@@ -1,4 +1,4 @@
-"""AliGraph widgets: a partition explorer and an importance-cache explorer (observe labkit.graph)."""
+"""AliGraph notebook helpers: what "lab" means, a partition explorer and a cache-size explorer."""
 
 from __future__ import annotations
 
@@ -7,7 +7,32 @@ from typing import Callable
 import numpy as np
 
 from labkit.core.errors import bad_value, check_range
+from labkit.core.profiles import check_notebook_profile
 from labkit.ui.widgets import slider_plot
+
+#: Live-run sizes per notebook profile. "lab" (the notebook's default) keeps Run All near a minute
+#: on 2 shared cores and makes each effect show: at R-MAT scale 18 (4M edges) the build's speedup
+#: over scipy stands clear of the noise (at 1M edges it does not), sampling at scale 17 is far
+#: above torch, and hit rates need a graph (scale 16, 65k vertices) that one batch does not cover.
+#: `dataset` is the "rmat" dataset profile the partition and training sections load.
+SETTINGS = {
+    "lab": dict(dataset="ci", build_scale=18, build_rounds=5, sample_scale=17, sample_rounds=7,
+                cache_scale=16, cache_rounds=5, cache_batches=8, op_rounds=5, epochs=2),
+    "ci": dict(dataset="ci", build_scale=14, build_rounds=3, sample_scale=14, sample_rounds=3,
+               cache_scale=12, cache_rounds=3, cache_batches=3, op_rounds=3, epochs=2),
+    "small": dict(dataset="small", build_scale=20, build_rounds=5, sample_scale=20, sample_rounds=7,
+                  cache_scale=18, cache_rounds=5, cache_batches=16, op_rounds=5, epochs=3),
+    "large": dict(dataset="large", build_scale=22, build_rounds=5, sample_scale=22, sample_rounds=7,
+                  cache_scale=20, cache_rounds=5, cache_batches=32, op_rounds=5, epochs=5),
+}
+
+#: Cache sizes the explorer offers, as a share of the graph's neighbour-list bytes.
+CACHE_SIZES = (0.025, 0.05, 0.1, 0.2, 0.4)
+
+
+def lab_settings(profile: str) -> dict:
+    """Return the notebook's live-run sizes at `profile` ("lab", "ci", "small" or "large")."""
+    return dict(SETTINGS[check_notebook_profile(profile)])
 
 
 def partition_explorer(csr, csc=None, *, max_parts: int = 16, seed: int = 0):
@@ -24,7 +49,8 @@ def partition_explorer(csr, csc=None, *, max_parts: int = 16, seed: int = 0):
     csc = csr.reverse() if csc is None else csc
     fig = go.FigureWidget(data=[go.Bar(name="vertices", x=[], y=[]), go.Bar(name="out-edges", x=[], y=[])],
                           layout=go.Layout(barmode="group", height=320, yaxis_title="share of total",
-                                           xaxis_title="partition", margin=dict(t=50, b=40)))
+                                           xaxis_title="partition", margin=dict(t=60, b=40, l=60, r=20),
+                                           legend=dict(orientation="h", y=-0.25)))
 
     def update(fig, v):
         p = partition(csr, int(v["partitions"]), v["method"], csc=csc, seed=seed)
@@ -33,72 +59,70 @@ def partition_explorer(csr, csc=None, *, max_parts: int = 16, seed: int = 0):
         edges = np.bincount(p.owner, weights=csr.degree(), minlength=p.num_parts) / max(1, csr.num_edges)
         fig.data[0].x, fig.data[0].y = parts, sizes
         fig.data[1].x, fig.data[1].y = parts, edges
-        fig.layout.title = (f"{p.method}: edge cut {p.edge_cut:.1%}, vertex balance {p.balance:.2f}, "
-                            f"edge balance {p.edge_balance:.2f}")
+        fig.layout.title = f"{p.method}, {p.num_parts} parts: {p.edge_cut:.0%} of edges cut"
         return {"edge_cut": p.edge_cut, "balance": p.balance, "edge_balance": p.edge_balance}
 
     controls = {"partitions": W.IntSlider(value=min(4, int(max_parts)), min=1, max=int(max_parts),
-                                         description="partitions"),
-                "method": W.Dropdown(options=["hash", "ldg", "fennel"], value="hash", description="method")}
+                                         description="partitions", style={"description_width": "initial"}),
+                "method": W.Dropdown(options=["hash", "ldg", "fennel"], value="hash", description="method",
+                                     style={"description_width": "initial"})}
     return slider_plot(controls, update, fig, title="Partitioning: edge cut vs balance")
 
 
-def _setting(threshold: float) -> str:
-    return "cache off" if not np.isfinite(threshold) else f"Imp>={threshold:g}"
 
 
-def cache_explorer(measure: Callable[[float], dict], *, thresholds=(0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0),
-                   off: bool = True, value: float | None = None, epoch_title: str = "epoch time"):
-    """Return (view, fig, state): an importance-threshold slider over `measure(threshold) -> dict`.
+def cache_explorer(measure: Callable[[float], dict], *, sizes=CACHE_SIZES, value: float = 0.1,
+                   policies=("importance", "in-degree", "degree", "random")):
+    """Return (view, fig, state): a cache-size slider over `measure(size) -> {policy: Spread of hit rate in %}`.
 
-    `measure` returns cached_fraction, cache_bytes_fraction, hit_rate, feature_hit_rate and
-    epoch_s (e.g. :func:`labkit.graph.experiments.cache_point`); every point seen is kept in
-    ``state.result["history"]`` and drawn as epoch time against hit rate. With `off` the
-    slider starts at an "off" setting (threshold inf: no cache), the baseline the cached
-    epochs are compared with; `value` picks another starting threshold. `epoch_title` names
-    what the epoch time measures (e.g. that an in-process store has no network cost).
+    `measure` is e.g. :meth:`labkit.graph.experiments.HitRateLab.measure` (size: share of the
+    graph's neighbour-list bytes). The left panel shows each plan's hit rate at the current size
+    (median, bars for the 95% interval); the right one every size seen so far, one line per plan.
+    ``state.result`` is {"current": measure(size) + {"size"}, "history": {size: that dict}}.
     """
     import ipywidgets as W
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     try:
-        finite = [float(t) for t in thresholds if np.isfinite(float(t))]
+        sizes = [float(x) for x in sizes]
     except (TypeError, ValueError):
-        finite = []
-    if not finite or any(t < 0 for t in finite):
-        raise bad_value("thresholds", thresholds, "one or more importance thresholds >= 0 (numbers)")
-    options = ([("off", float("inf"))] if off else []) + [(f"{t:g}", t) for t in finite]
-    values = [v for _, v in options]
-    if value is None:
-        value = values[0] if off else values[min(1, len(values) - 1)]
-    if float(value) not in values:
-        raise bad_value("value", value, "one of the slider's thresholds: " + ", ".join(lab for lab, _ in options))
-
-    base = go.Figure(make_subplots(rows=1, cols=2, subplot_titles=("cache size and hits", epoch_title)))
-    base.add_trace(go.Bar(x=["vertices cached", "list bytes cached", "list hit rate", "attribute hit rate"],
-                          y=[0, 0, 0, 0], name="share"), row=1, col=1)
-    base.add_trace(go.Scatter(x=[], y=[], mode="markers+text", textposition="top center", name="epoch"),
-                   row=1, col=2)
-    base.update_layout(height=340, showlegend=False, margin=dict(t=60, b=40))
-    base.update_yaxes(range=[0, 1], title_text="share (0-1)", row=1, col=1)
-    base.update_xaxes(title_text="list hit rate", row=1, col=2)
-    base.update_yaxes(title_text="seconds per epoch", row=1, col=2)
+        sizes = []
+    if not sizes or any(not 0 < x <= 1 for x in sizes):
+        raise bad_value("sizes", sizes, "one or more cache sizes in (0, 1] (shares of the list bytes)")
+    if float(value) not in sizes:
+        raise bad_value("value", value, "one of sizes: " + ", ".join(f"{x:g}" for x in sizes))
+    policies = list(policies)
+    base = go.Figure(make_subplots(rows=1, cols=2, subplot_titles=("this cache size", "every size tried")))
+    base.add_trace(go.Bar(x=policies, y=[0] * len(policies), name="hit rate",
+                          error_y=dict(type="data", symmetric=False, array=[0] * len(policies),
+                                       arrayminus=[0] * len(policies))), row=1, col=1)
+    for p in policies:
+        base.add_trace(go.Scatter(x=[], y=[], mode="lines+markers", name=p), row=1, col=2)
+    base.update_layout(height=360, margin=dict(t=70, b=50, l=60, r=20), legend=dict(orientation="h", y=-0.2))
+    base.update_yaxes(range=[0, 100], title_text="hit rate (%)")
+    base.update_xaxes(title_text="cache size (% of list bytes)", row=1, col=2)
     fig = go.FigureWidget(base)
-    history: list[dict] = []
+    history: dict[float, dict] = {}
 
     def update(fig, v):
-        r = measure(float(v["threshold"]))
-        history.append(r)
-        fig.data[0].y = [r["cached_fraction"], r["cache_bytes_fraction"], r["hit_rate"], r["feature_hit_rate"]]
-        fig.data[1].x = [h["hit_rate"] for h in history]
-        fig.data[1].y = [h["epoch_s"] for h in history]
-        fig.data[1].text = [_setting(h["threshold"]) for h in history]
-        base_s = [h["epoch_s"] for h in history if not np.isfinite(h["threshold"])]
-        vs = f" (cache off: {base_s[-1]:.3f} s)" if base_s and np.isfinite(r["threshold"]) else ""
-        fig.layout.title = (f"{_setting(r['threshold'])}: epoch {r['epoch_s']:.3f} s{vs}, "
-                            f"list hit rate {r['hit_rate']:.0%}")
-        return {"current": r, "history": list(history)}
+        size = float(v["size"])
+        r = dict(measure(size), size=size)
+        history[size] = r
+        s = [r[p] for p in policies]
+        bar = fig.data[0]
+        bar.y = [x.median for x in s]
+        bar.error_y.array = [x.hi - x.median for x in s]
+        bar.error_y.arrayminus = [x.median - x.lo for x in s]
+        seen = sorted(history)
+        for i, p in enumerate(policies):
+            fig.data[1 + i].x = [100 * x for x in seen]
+            fig.data[1 + i].y = [history[x][p].median for x in seen]
+        fig.layout.title = f"cache = {100 * size:g}% of list bytes: {policies[0]} serves {s[0].median:.0f}% of lookups"
+        return {"current": r, "history": dict(history)}
 
-    controls = {"threshold": W.SelectionSlider(options=options, value=float(value), description="Imp threshold")}
-    return slider_plot(controls, update, fig, title="Importance cache: size vs hit rate vs epoch time")
+    controls = {"size": W.SelectionSlider(options=[(f"{100 * x:g}%", x) for x in sizes], value=float(value),
+                                          description="cache size (share of list bytes)",
+                                          style={"description_width": "initial"},
+                                          layout=W.Layout(width="520px"))}
+    return slider_plot(controls, update, fig, title="Which lists to cache: hit rate by plan")

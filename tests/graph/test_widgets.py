@@ -25,33 +25,42 @@ def test_partition_explorer_updates_on_slider(csr):
     assert "ldg" in fig.layout.title.text
 
 
-def _fake_point(t):
-    return {"threshold": t, "cached_fraction": 0.1, "cache_bytes_fraction": 0.05,
-            "hit_rate": 1 / t, "feature_hit_rate": 0.5 / t, "epoch_s": t if np.isfinite(t) else 9.0}
+def _fake_measure(size):
+    from labkit.core.spread import Spread
+    return {p: Spread(100 * size * w, 100 * size * w - 1, 100 * size * w + 2, 5, "%")
+            for p, w in (("importance", 2.0), ("in-degree", 1.5), ("degree", 0.5), ("random", 1.0))}
 
 
-def test_cache_explorer_keeps_history():
+def test_cache_explorer_draws_each_size_with_its_interval():
     from labkit.ui.graph import cache_explorer
-    view, fig, state = cache_explorer(_fake_point, thresholds=(1.0, 2.0, 4.0), off=False)
-    state.controls["threshold"].value = 4.0
-    assert [h["threshold"] for h in state.result["history"]] == [2.0, 4.0]
-    assert list(fig.data[1].y) == [2.0, 4.0]
+    view, fig, state = cache_explorer(_fake_measure, sizes=(0.1, 0.2, 0.4), value=0.1)
+    assert list(fig.data[0].x) == ["importance", "in-degree", "degree", "random"]
+    assert list(fig.data[0].y) == [20.0, 15.0, 5.0, 10.0]
+    assert list(fig.data[0].error_y.array) == [2.0] * 4 and list(fig.data[0].error_y.arrayminus) == [1.0] * 4
+    assert "10% of list bytes" in fig.layout.title.text and "importance serves 20%" in fig.layout.title.text
+    state.controls["size"].value = 0.4
+    assert list(fig.data[0].y) == [80.0, 60.0, 20.0, 40.0]
+    assert list(fig.data[1].x) == [10.0, 40.0] and list(fig.data[1].y) == [20.0, 80.0]  # importance line
+    assert sorted(state.result["history"]) == [0.1, 0.4] and state.result["current"]["size"] == 0.4
+    assert state.controls["size"].style.description_width == "initial"
 
 
-def test_cache_explorer_starts_from_cache_off():
+def test_cache_explorer_names_bad_sizes():
     from labkit.ui.graph import cache_explorer
-    view, fig, state = cache_explorer(_fake_point, thresholds=(1.0, 2.0, 4.0), epoch_title="in-process epoch")
-    assert state.controls["threshold"].options[0] == ("off", float("inf"))
-    assert state.result["current"]["threshold"] == float("inf")  # the baseline comes first
-    state.controls["threshold"].value = 4.0
-    assert [h["threshold"] for h in state.result["history"]] == [float("inf"), 4.0]
-    assert list(fig.data[1].text) == ["cache off", "Imp>=4"] and list(fig.data[1].y) == [9.0, 4.0]
-    assert "cache off: 9.000 s" in fig.layout.title.text
-    assert any(a.text == "in-process epoch" for a in fig.layout.annotations)
-    with pytest.raises(ValueError, match="value=3.0"):
-        cache_explorer(_fake_point, thresholds=(1.0, 2.0), value=3.0)
-    with pytest.raises(ValueError, match="thresholds="):
-        cache_explorer(_fake_point, thresholds=("a",))
+    with pytest.raises(ValueError, match="value=0.3"):
+        cache_explorer(_fake_measure, sizes=(0.1, 0.2), value=0.3)
+    with pytest.raises(ValueError, match="sizes="):
+        cache_explorer(_fake_measure, sizes=("a",))
+    with pytest.raises(ValueError, match="sizes="):
+        cache_explorer(_fake_measure, sizes=(0.0, 0.5), value=0.5)
+
+
+def test_lab_settings_know_every_notebook_profile():
+    from labkit.ui.graph import lab_settings
+    assert lab_settings("lab")["dataset"] == "ci" and lab_settings("lab")["build_scale"] > lab_settings("ci")["build_scale"]
+    assert lab_settings("small")["dataset"] == "small"
+    with pytest.raises(ValueError, match="PROFILE='tiny'"):
+        lab_settings("tiny")
 
 
 def test_cache_reserves_its_bytes(csr):

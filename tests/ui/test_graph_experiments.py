@@ -44,3 +44,24 @@ def test_cache_point_warm_up_runs_first_and_leaves_no_counts(monkeypatch):
     cold = experiments.cache_point(g, 2.0, batches=2)
     for k in ("hit_rate", "feature_hit_rate", "remote_bytes", "cached_fraction", "batches"):
         assert np.isclose(warm[k], cold[k]), k  # the warm-up's lookups and fetches were not counted
+
+
+def test_hit_rate_lab_fills_equal_byte_budgets_and_importance_wins():
+    from labkit.graph.csr import build_csr
+    from labkit.graph.rmat import rmat_edges
+    p = RMatParams(scale=12, split_roles=True)
+    csr = build_csr(*rmat_edges(p), p.num_nodes, dedup=True, drop_self_loops=True)
+    lab = experiments.HitRateLab(csr, csr.reverse(), rounds=3, batches=2, batch_size=128)
+    budget = 0.1 * (csr.indptr.nbytes + csr.indices.nbytes)
+    for policy in experiments.POLICIES:
+        plan = lab.plan(policy, 0.1)
+        used = int(lab.cost[plan.vertices].sum())
+        assert used <= budget and (csr.degree()[plan.vertices] > 0).all(), policy
+    m = lab.measure(0.1)
+    assert set(m) == set(experiments.POLICIES) | {"vertices"}
+    assert all(m[p].n == 3 and m[p].lo <= m[p].median <= m[p].hi for p in experiments.POLICIES)
+    # The same lookups, the same bytes: ranking by D_in / D_out serves the most.
+    assert m["importance"].lo > max(m[p].hi for p in ("in-degree", "degree", "random"))
+    assert lab.measure(0.4)["importance"].median > m["importance"].median  # a bigger cache serves more
+    rows = lab.table([0.1]).rows
+    assert rows[0]["cache size (% of list bytes)"] == "10%" and rows[0]["hit rate: importance"].endswith("]")
