@@ -14,20 +14,21 @@ def _titles(fig, *axes):
 
 
 def test_cache_explorer_share_axis():
+    from labkit.core.spread import Spread
     from labkit.ui.graph import cache_explorer
 
-    def point(t):
-        return {"threshold": t, "cached_fraction": 0.1, "cache_bytes_fraction": 0.05, "hit_rate": 0.3,
-                "feature_hit_rate": 0.2, "epoch_s": 0.5}
-    view, fig, state = cache_explorer(point, thresholds=(1.0, 2.0))
-    assert _titles(fig, "yaxis", "xaxis2", "yaxis2") == ("share (0-1)", "list hit rate", "seconds per epoch")
+    def measure(size):
+        return {p: Spread(30.0, 29.0, 31.0, 5, "%") for p in ("importance", "in-degree", "degree", "random")}
+    view, fig, state = cache_explorer(measure)
+    assert _titles(fig, "yaxis", "xaxis2", "yaxis2") == ("hit rate (%)", "cache size (% of list bytes)",
+                                                         "hit rate (%)")
 
 
 def test_tuner_figure_and_stage_timeline_are_titled():
     from labkit.ui.disk import stage_timeline, tuner_figure
     curve = [{"f": f / 4, "total": 1.0 - f / 10, "sample": 0.2, "gather": 0.3} for f in range(5)]
     fig = tuner_figure(curve, {0.0: 1.1, 1.0: 0.7}, tuned=0.75)
-    assert fig.layout.title.text == "The tuner's predicted time per mini-batch against measured runs (tuned split 0.75)"
+    assert fig.layout.title.text == "Tuner: predicted vs measured (tuned split 0.75)"
     assert _titles(fig, "xaxis", "yaxis") == ("share of cache budget given to topology", "seconds per mini-batch")
     stats = types.SimpleNamespace(timeline=[("sample", 0, 0.0, 0.1), ("gather", 0, 0.1, 0.2), ("train", 0, 0.2, 0.5)],
                                   schedule="serial")
