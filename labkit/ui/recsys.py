@@ -1,5 +1,7 @@
-"""PICASSO widgets and the notebook's helpers: technique toggles with live throughput, op counts and hit
-rate; the cache curve; operator counts, same-loss training and a watched training run."""
+"""PICASSO widgets and the notebook's helpers: what the "lab" profile means for this notebook; the
+packing headline (per-field vs packed, interleaved rounds, median and interval); technique toggles
+with live throughput, op counts and hit rate; the cache curve; operator counts, same-loss training
+and a watched training run."""
 
 from __future__ import annotations
 
@@ -8,6 +10,105 @@ from typing import Any
 
 from labkit.core.errors import check_choice, check_range
 from labkit.ui.widgets import slider_range
+
+#: What each notebook profile means here: which ``recsys-ctr`` dataset profile the loss check and
+#: the watched run read, the sizes of the packing headline (embedding stage, interleaved `rounds`),
+#: of the technique explorer (`steps` side-by-side steps per change) and of the cache curve, and
+#: how long the watched run trains. "lab" (the notebook's default) is sized so that Run All takes
+#: about a minute on 2 busy cores and packing's speedup stands clear of its interval there.
+SETTINGS = {
+    "lab": {"dataset": "ci", "steps": 4, "watch_s": 3.0,
+            "headline": {"fields": 50, "rows": 20_000, "batch": 1024, "rounds": 9},
+            "explorer": {"fields": 26, "batch": 512, "rows": 5_000, "steps": 7},
+            "cache": {"fields": 26, "rows": 5_000, "batch": 512}},
+    "ci": {"dataset": "ci", "steps": 3, "watch_s": 2.0,
+           "headline": {"fields": 16, "rows": 2_000, "batch": 256, "rounds": 5},
+           "explorer": {"fields": 16, "batch": 256, "rows": 2_000, "steps": 5},
+           "cache": {"fields": 16, "rows": 2_000, "batch": 256}},
+    "small": {"dataset": "small", "steps": 8, "watch_s": 10.0,
+              "headline": {"fields": 100, "rows": 100_000, "batch": 2048, "rounds": 9},
+              "explorer": {"fields": 100, "batch": 1024, "rows": 20_000, "steps": 7},
+              "cache": {"fields": 100, "rows": 100_000, "batch": 2048}},
+}
+
+
+def lab_settings(profile: str) -> dict:
+    """Return the notebook's sizes at `profile` ("lab", "ci" or "small"; see :data:`SETTINGS`)."""
+    import copy
+    return copy.deepcopy(SETTINGS[check_choice("PROFILE", profile, tuple(SETTINGS))])
+
+
+def keep_synced(fig, controls: dict) -> None:
+    """Make the state a browser draws `fig` from hold its current traces, now and after each change.
+
+    A FigureWidget's front end draws a new view from the synced ``_widget_data`` / ``_widget_layout``
+    traits, which plotly refreshes only at construction and when the figure itself is displayed, not
+    when it is a child of a VBox. Edits made before the view exists (slider_plot's first draw) travel
+    as one-off restyle messages that a front end still loading plotly's bundle drops, so the view
+    came up with the placeholder traces: blank panels, in one browser run out of three. Call after
+    ``slider_plot`` (observers run in the order registered, so this one runs after each redraw).
+    """
+    from copy import deepcopy
+
+    def sync(change=None) -> None:
+        fig._widget_data = deepcopy(fig._data)
+        fig._widget_layout = deepcopy(fig._layout_obj._props)
+
+    for w in controls.values():
+        w.observe(sync, names="value")
+    sync()
+
+
+def packing_headline(fields: int, rows: int, batch: int, *, rounds: int = 9, threads: int = 1, seed: int = 1):
+    """Time the embedding stage (lookup + backward + SGD update) per-field and packed, interleaved.
+
+    Both stages hold the same `fields` tables of `rows` x 16 floats and train on the same Zipf
+    batches of `batch` samples; they alternate for `rounds` rounds (order rotated, one warm-up), each
+    at `threads` torch and numba threads, so a burst of load elsewhere hits both. Returns ``(table,
+    speedup)``: a ResultTable with one row per stage (lookups per step, median and interval in ms,
+    thousand samples/s) and the packed stage's speedup as a :class:`labkit.core.spread.Spread`.
+    """
+    import torch
+
+    from labkit.core.bench import interleave
+    from labkit.core.metrics import ResultTable
+    from labkit.recsys.bench import _emb_step, set_threads
+    from labkit.recsys.data import SyntheticCTR, make_fields
+    from labkit.recsys.models import PerFieldEmbeddings
+    from labkit.recsys.packing import PackedEmbeddings
+    from labkit.recsys.tables import tables_for
+
+    check_range("fields", fields, 1, 100_000, integer=True)
+    check_range("rows", rows, 1, integer=True)
+    check_range("batch", batch, 1, 10_000_000, integer=True)
+    check_range("rounds", rounds, 1, 1_000, integer=True)
+    check_range("threads", threads, 1, 1_024, integer=True)
+    specs = make_fields(int(fields), cardinality=int(rows), dims=16, zipf=1.05)
+    tables = tables_for(specs)
+    gen = SyntheticCTR(specs, seed=seed)
+    batches = [gen.batch(int(batch), i) for i in range(3)]
+    grad = torch.randn(int(batch), 16 * int(fields), generator=torch.Generator().manual_seed(0)) * 0.01
+    stages = {"per-field tables": PerFieldEmbeddings(tables, optimizer="sgd"),
+              "one packed table": PackedEmbeddings(tables, optimizer="sgd")}
+    try:
+        set_threads(threads)
+        comp = interleave({n: _emb_step(s, batches, grad) for n, s in stages.items()}, rounds=rounds, warmup=1)
+        lookups = {n: int(s.n_lookups) for n, s in stages.items()}
+    finally:
+        set_threads()
+        for s in stages.values():
+            s.close()
+    base, new = list(stages)
+    speedup = comp.spread(base, new)
+    table = ResultTable(title=f"embedding stage, {fields} fields, batch {batch}: packed {speedup} "
+                              f"({speedup.verdict()}, {rounds} rounds)")
+    for n in stages:
+        t = comp.time_spread(n)
+        table.add(**{"stage": n, "lookups/step": lookups[n], "median ms": round(t.median * 1e3, 2),
+                     "interval ms": f"{t.lo * 1e3:.3g} to {t.hi * 1e3:.3g}",
+                     "k samples/s": round(batch / t.median / 1e3, 1)})
+    return table, speedup
+
 
 #: One colour per panel of :func:`technique_explorer` (the per-field baseline's bars are grey).
 TECH_COLORS = {"samples/s": "#1f77b4", "ops/step": "#ff7f0e", "hit rate": "#2ca02c"}
@@ -19,11 +120,14 @@ def technique_explorer(*, fields: tuple[int, int, int] = (8, 200, 26), batch: tu
                        kind: str = "wide_deep", seed: int = 0):
     """Return ``(view, fig, state)``: sliders for fields, batch size and cache size (% of rows) and
     toggles for packing, interleaving and caching. Each change builds that model and the per-field
-    baseline, trains both `steps` timed steps on fresh synthetic batches, alternating step by step,
-    and shows three panels, coloured by :data:`TECH_COLORS`: samples/s (at the median step time)
-    and operators per step (log scale) of the per-field baseline and this setting, and this
-    setting's cache hit rate (0 with caching off). ``state.result`` holds the last run's numbers;
-    its ``speedup`` is the median of the per-step time ratios.
+    baseline, trains both `steps` timed steps on fresh synthetic batches, alternating step by step
+    (order rotated), and shows three panels, coloured by :data:`TECH_COLORS`: samples/s at the
+    median step time with its 95% interval as error bars, operators per step (log scale) of the
+    per-field baseline and this setting, and this setting's cache hit rate (0 with caching off).
+    The title gives the speedup, the median of the per-step time ratios with its interval, and
+    says "within noise" when the interval holds 1.0x. ``state.result`` holds the last run's numbers
+    (``speedup``, ``speedup_lo``, ``speedup_hi``, ``within_noise``, ...); :func:`explorer_table`
+    shows them as a table.
 
     `fields`, `batch` and `cache_pct` are each ``(min, max, value)`` of a slider."""
     import numpy as np
@@ -42,27 +146,31 @@ def technique_explorer(*, fields: tuple[int, int, int] = (8, 200, 26), batch: tu
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    from labkit.core.spread import ratio_spread, spread
     from labkit.recsys.data import SyntheticCTR, make_fields
     from labkit.recsys.model import RecModel, count_ops
     from labkit.ui import slider_plot
 
+    wide = {"description_width": "initial"}
     controls = {
-        "fields": W.IntSlider(value=fields[2], min=fields[0], max=fields[1], step=2),
-        "batch": W.IntSlider(value=batch[2], min=batch[0], max=batch[1], step=64),
-        "cache %": W.IntSlider(value=cache_pct[2], min=cache_pct[0], max=cache_pct[1], step=1),
-        "packing": W.Checkbox(value=True),
-        "interleave": W.Checkbox(value=False),
-        "caching": W.Checkbox(value=False),
+        "fields": W.IntSlider(value=fields[2], min=fields[0], max=fields[1], step=2, style=wide),
+        "batch": W.IntSlider(value=batch[2], min=batch[0], max=batch[1], step=64, style=wide),
+        "cache %": W.IntSlider(value=cache_pct[2], min=cache_pct[0], max=cache_pct[1], step=1,
+                               description="cache (% rows)", style=wide),
+        "packing": W.Checkbox(value=True, style=wide),
+        "interleave": W.Checkbox(value=False, style=wide),
+        "caching": W.Checkbox(value=False, style=wide),
     }
     panels = make_subplots(rows=1, cols=3, subplot_titles=list(TECH_COLORS), horizontal_spacing=0.1)
     for col, (metric, color) in enumerate(TECH_COLORS.items(), 1):
         both = metric != "hit rate"  # the baseline has no cache
-        panels.add_bar(x=["per-field baseline", "this setting"] if both else ["this setting"], y=[0, 0] if both else [0],
+        # Placeholders: the first update, run before anything is shown, replaces them.
+        panels.add_bar(x=["per-field", "this setting"] if both else ["this setting"], y=[1, 1] if both else [0],
                        marker_color=[BASELINE_COLOR, color] if both else [color], name=metric, showlegend=False,
                        texttemplate="%{y:.3s}" if both else "%{y:.0%}", textposition="auto", row=1, col=col)
     panels.update_yaxes(type="log", row=1, col=2)
     panels.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=3)
-    panels.update_layout(height=340, margin=dict(t=80))
+    panels.update_layout(height=360, margin=dict(t=90, l=50, r=20, b=50), title_font_size=14)
     fig = go.FigureWidget(panels)
 
     def run(base, model, batches) -> tuple[list[float], list[float]]:
@@ -94,24 +202,33 @@ def technique_explorer(*, fields: tuple[int, int, int] = (8, 200, 26), batch: tu
             if frac:
                 model.warm_cache(gen.batches(bsz, 4))
             t_base, t_model = run(base, model, batches)
+            sp = ratio_spread(t_base, t_model)
+            tb, tm = spread(t_base, unit="s"), spread(t_model, unit="s")
+            out["label"] = model.techniques.label
             out["baseline_samples_s"] = bsz / float(np.median(t_base))
             out["samples_s"] = bsz / float(np.median(t_model))
-            out["speedup"] = float(np.median(np.array(t_base) / np.array(t_model)))
+            out["speedup"], out["speedup_lo"], out["speedup_hi"] = sp.median, sp.lo, sp.hi
+            out["within_noise"] = sp.within_noise
+            out["steps"] = len(t_base)
             out["hit_rate"] = model.hit_rate if frac else None
             b0 = batches[0]
             out["baseline_ops"] = count_ops(lambda: base.train_step(b0))["ops"]
             out["ops"] = count_ops(lambda: model.train_step(b0))["ops"]
             out["lookups_per_step"] = int(model.embeddings.n_lookups)
-        label = model.techniques.label
+        label = out["label"]
+        # samples/s error bars: the batch over the step-time interval (a slow step is few samples/s).
         fig.data[0].y = [out["baseline_samples_s"], out["samples_s"]]
+        fig.data[0].error_y = dict(type="data", symmetric=False,
+                                   array=[bsz / tb.lo - out["baseline_samples_s"], bsz / tm.lo - out["samples_s"]],
+                                   arrayminus=[out["baseline_samples_s"] - bsz / tb.hi,
+                                               out["samples_s"] - bsz / tm.hi])
         fig.data[1].y = [out["baseline_ops"], out["ops"]]
-        fig.data[0].x = fig.data[1].x = ["per-field baseline", label]
+        fig.data[0].x = fig.data[1].x = ["per-field", label]
         fig.data[2].y = [out["hit_rate"] or 0.0]
-        fig.data[2].x = [label if frac else f"{label} (no cache)"]
-        hr = "" if out["hit_rate"] is None else f", hit rate {out['hit_rate']:.0%}"
-        fig.layout.title = (f"{out['speedup']:.2f}x the per-field step (median of {steps} side-by-side steps); "
-                            f"ops/step {out['baseline_ops']:.0f} -> {out['ops']:.0f}; "
-                            f"{out['lookups_per_step']} lookups/step{hr}")
+        fig.data[2].x = [label if frac else "no cache"]
+        verdict = "within noise" if sp.within_noise else ("faster" if sp.lo > 1 else "slower")
+        fig.layout.title = f"{label} vs per-field: {sp} per step, {verdict}<br>" \
+                           f"<sup>median and 95% interval of {len(t_base)} side-by-side steps</sup>"
         return out
 
     def cache_slider_follows_caching(change=None) -> None:
@@ -121,7 +238,23 @@ def technique_explorer(*, fields: tuple[int, int, int] = (8, 200, 26), batch: tu
 
     controls["caching"].observe(cache_slider_follows_caching, names="value")
     cache_slider_follows_caching()
-    return slider_plot(controls, update, fig, title="PICASSO: switch the techniques on and off")
+    view, fig, state = slider_plot(controls, update, fig, title="PICASSO: switch the techniques on and off")
+    keep_synced(fig, controls)
+    return view, fig, state
+
+
+def explorer_table(result: dict) -> Any:
+    """Return a ResultTable of one :func:`technique_explorer` run (its ``state.result``), with units."""
+    from labkit.core.metrics import ResultTable
+    from labkit.core.spread import Spread
+
+    sp = Spread(result["speedup"], result["speedup_lo"], result["speedup_hi"], result["steps"])
+    rows = [{"model": "per-field", "samples/s": round(result["baseline_samples_s"]),
+             "ops/step": result["baseline_ops"], "speedup": "1x", "cache hit rate": "-"},
+            {"model": result["label"], "samples/s": round(result["samples_s"]), "ops/step": result["ops"],
+             "speedup": f"{sp} ({sp.verdict()})",
+             "cache hit rate": "-" if result["hit_rate"] is None else f"{result['hit_rate']:.0%}"}]
+    return ResultTable(rows, title=f"one training step, median of {result['steps']} side-by-side steps")
 
 
 def cache_curve_explorer(stage, counts, batches, *, fractions=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4),
@@ -141,12 +274,16 @@ def cache_curve_explorer(stage, counts, batches, *, fractions=(0.005, 0.01, 0.02
         return stage.hit_rate
 
     curve = [(f, measure(f)) for f in fractions]
-    controls = {"cache %": W.IntSlider(value=value_pct, min=1, max=50, step=1)}
-    fig = go.FigureWidget()
-    fig.add_scatter(x=[100 * f for f, _ in curve], y=[h for _, h in curve], mode="lines+markers", name="hit rate")
-    fig.add_scatter(x=[value_pct], y=[0], mode="markers", marker=dict(size=14, color="#d62728"), name="slider")
-    fig.update_layout(height=320, xaxis_title="rows cached (% of all rows)", yaxis_title="hit rate",
-                      yaxis_range=[0, 1.02], margin=dict(t=60))
+    controls = {"cache %": W.IntSlider(value=value_pct, min=1, max=50, step=1, description="cache (% rows)",
+                                       style={"description_width": "initial"})}
+    # The traces go in at construction: traces added to an empty FigureWidget reach the browser only
+    # as messages, which a front end still loading drops (see keep_synced).
+    fig = go.FigureWidget(data=[
+        go.Scatter(x=[100 * f for f, _ in curve], y=[h for _, h in curve], mode="lines+markers", name="hit rate"),
+        go.Scatter(x=[value_pct], y=[0], mode="markers", marker=dict(size=14, color="#d62728"), name="slider")])
+    fig.update_layout(height=340, xaxis_title="rows cached (% of all rows)", yaxis_title="hit rate",
+                      yaxis_range=[0, 1.02], yaxis_tickformat=".0%", margin=dict(t=60, l=60, r=20, b=50),
+                      title_font_size=14)
 
     def update(fig, values) -> dict:
         pct = int(values["cache %"])
@@ -155,7 +292,16 @@ def cache_curve_explorer(stage, counts, batches, *, fractions=(0.005, 0.01, 0.02
         fig.layout.title = f"{pct}% of rows cached ({stage.cached_rows:,} rows): hit rate {hr:.1%}"
         return {"cache_pct": pct, "hit_rate": hr, "curve": curve}
 
-    return slider_plot(controls, update, fig, title="Hot-row cache: hit rate against cache size")
+    view, fig, state = slider_plot(controls, update, fig, title="Hot-row cache: hit rate against cache size")
+    keep_synced(fig, controls)
+    return view, fig, state
+
+
+def curve_table(curve) -> Any:
+    """Return a ResultTable of a cache curve's ``(fraction, hit rate)`` points, in percent."""
+    from labkit.core.metrics import ResultTable
+    return ResultTable([{"rows cached": f"{100 * f:g}%", "hit rate": f"{h:.1%}"} for f, h in curve],
+                       title="measured hit rate against cache size (Zipf 1.05 ids)")
 
 
 def ops_vs_fields(fields=(4, 8, 16, 32), *, cardinality: int = 1_000, dim: int = 16, batch: int = 256,

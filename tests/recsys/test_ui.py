@@ -8,7 +8,7 @@ from labkit.recsys.bench import comparison_table, embedding_side_by_side
 
 def test_technique_explorer_shows_live_numbers_in_coloured_panels():
     pytest.importorskip("ipywidgets")
-    from labkit.ui.recsys import BASELINE_COLOR, TECH_COLORS, technique_explorer
+    from labkit.ui.recsys import BASELINE_COLOR, TECH_COLORS, explorer_table, technique_explorer
     view, fig, state = technique_explorer(fields=(2, 8, 4), batch=(64, 256, 64), rows=200, steps=1)
     assert len(fig.data) == len(TECH_COLORS) == 3
     for tr, (metric, color) in zip(fig.data, TECH_COLORS.items()):
@@ -21,7 +21,33 @@ def test_technique_explorer_shows_live_numbers_in_coloured_panels():
     state.controls["caching"].value = True
     assert state.error is None
     assert list(fig.data[2].y) == [state.result["hit_rate"]] and 0 < state.result["hit_rate"] <= 1
-    assert fig.data[0].x[1] == "packing+cache" and "lookups/step" in fig.layout.title.text
+    assert fig.data[0].x[1] == "packing+cache" and "packing+cache vs per-field" in fig.layout.title.text
+    r = state.result
+    assert r["speedup_lo"] <= r["speedup"] <= r["speedup_hi"] and r["steps"] == 1
+    table = explorer_table(r)
+    assert [row["model"] for row in table.rows] == ["per-field", "packing+cache"]
+    assert table.rows[1]["cache hit rate"].endswith("%") and "x [" in table.rows[1]["speedup"]
+
+
+def test_packing_headline_times_both_stages_interleaved():
+    from labkit.ui.recsys import packing_headline
+    table, sp = packing_headline(4, 300, 64, rounds=3)
+    assert [r["stage"] for r in table.rows] == ["per-field tables", "one packed table"]
+    assert [r["lookups/step"] for r in table.rows] == [4, 1]
+    assert sp.n == 3 and sp.lo <= sp.median <= sp.hi and str(sp) in table.title
+    with pytest.raises(ValueError, match="fields=0"):
+        packing_headline(0, 300, 64)
+
+
+def test_lab_settings_name_each_profile():
+    from labkit.ui.recsys import lab_settings
+    lab = lab_settings("lab")
+    assert lab["dataset"] == "ci" and lab["headline"]["rounds"] >= 5
+    assert lab_settings("small")["dataset"] == "small"
+    lab["headline"]["rounds"] = 1
+    assert lab_settings("lab")["headline"]["rounds"] >= 5  # a copy: the notebook cannot change the table
+    with pytest.raises(ValueError, match="PROFILE='huge'"):
+        lab_settings("huge")
 
 
 def test_comparison_table_rows_are_readable():
