@@ -1,4 +1,4 @@
-"""Measurements the Flash-LLM notebook shows: this machine's roofline and one-shot SpMM timings."""
+"""Measurements the Flash-LLM notebook shows: this machine's roofline and interleaved SpMM timings."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from labkit.core.bench import Bench, Comparison
-from labkit.core.errors import bad_value, check_range
+from labkit.core.errors import bad_value, check_choice, check_range
 from labkit.spmm.baselines import DenseTorch, TiledCSLMatmul
 from labkit.spmm.prune import check_sparsity, random_sparse
 from labkit.spmm.tiled_csl import TiledCSL, byte_bound_speedup, encode
@@ -77,25 +77,56 @@ def _check_pair(weight: torch.Tensor, enc: TiledCSL) -> None:
                         "(the dense weight that enc encodes)")
 
 
-def compare_once(weight: torch.Tensor, enc: TiledCSL, n: int, *, repeats: int = 3,
-                 kernels: tuple[str, ...] = ("sparse", "dense_tile")) -> Comparison:
-    """Time dense bf16 torch against the Tiled-CSL kernels at N columns (interleaved rounds)."""
+#: The dense contenders a comparison can take as its baseline.
+DENSE = ("dense_bf16", "dense_fp32")
+
+
+def dense_for(n: int, roof: dict | None) -> str:
+    """Return the dense baseline one would run at N columns on this machine: "dense_bf16" or "dense_fp32".
+
+    At N = 1 it is dense bf16 (the paper's baseline: a GEMV reads half the bytes of fp32). For N >= 2
+    it is dense fp32 where `roof` (:func:`machine_roofline`) measured bf16 GEMM slower than fp32's:
+    a CPU without native bf16 arithmetic runs a bf16 GEMM many times slower, and no one would
+    serve a batch that way, so beating it would prove nothing.
+    """
     check_range("n", n, 1, 64, integer=True)
+    if int(n) == 1 or not isinstance(roof, dict):
+        return "dense_bf16"
+    bf16, fp32 = roof.get("gemm_bf16_GFLOPs"), roof.get("gemm_fp32_GFLOPs")
+    slow = isinstance(bf16, (int, float)) and isinstance(fp32, (int, float)) and bf16 < fp32
+    return "dense_fp32" if slow else "dense_bf16"
+
+
+def compare_once(weight: torch.Tensor, enc: TiledCSL, n: int, *, repeats: int = 3,
+                 kernels: tuple[str, ...] = ("sparse", "dense_tile"), dense: str = "dense_bf16",
+                 min_sample_s: float = 0.0) -> Comparison:
+    """Time a dense torch product against the Tiled-CSL kernels at N columns, over `repeats` interleaved rounds.
+
+    `dense` is the baseline ("dense_bf16" or "dense_fp32", see :func:`dense_for`); it is always the
+    first name of the Comparison. `min_sample_s` repeats fast calls so one round's sample lasts at
+    least that long (a single call of a few milliseconds is at the mercy of a busy machine).
+    Read a speedup with its spread as ``c.spread(dense, "tiled_csl_sparse")``.
+    """
+    check_range("n", n, 1, 64, integer=True)
+    check_choice("dense", dense, DENSE)
     n = int(n)
     _check_pair(weight, enc)
     k = weight.shape[1]
     x = torch.randn(k, n, generator=torch.Generator().manual_seed(n)).to(torch.bfloat16)
     if n == 1:
         x = x[:, 0]
-    ops = {"dense_bf16": DenseTorch(weight)}
+    dt = torch.bfloat16 if dense == "dense_bf16" else torch.float32
+    ops = {dense: DenseTorch(weight, dt)}
     ops.update({f"tiled_csl_{kn}": TiledCSLMatmul(enc, kernel=kn) for kn in kernels})
     b = Bench("spmm", "ci", progress=False)
     return b.compare(f"{weight.shape[0]}x{k} N={n}", {name: (lambda op=op: op(x)) for name, op in ops.items()},
-                     repeats=repeats, warmup=1, work=2.0 * weight.numel() * n, work_unit="dense flop")
+                     repeats=repeats, warmup=1, min_sample_s=min_sample_s,
+                     work=2.0 * weight.numel() * n, work_unit="dense flop")
 
 
 def roofline_points(weight: torch.Tensor, enc: TiledCSL, ns: tuple[int, ...] = (1, 4, 16), *,
-                    repeats: int = 3, kernels: tuple[str, ...] = ("sparse", "dense_tile")) -> list[dict]:
+                    repeats: int = 3, kernels: tuple[str, ...] = ("sparse", "dense_tile"),
+                    min_sample_s: float = 0.0) -> list[dict]:
     """Return where dense bf16 and the Tiled-CSL kernels land on this machine's roofline, per N.
 
     One dict per (kernel, N) with ``intensity`` (FLOP per weight byte read), ``GFLOPs`` (FLOP per
@@ -113,7 +144,7 @@ def roofline_points(weight: torch.Tensor, enc: TiledCSL, ns: tuple[int, ...] = (
     nbytes = {"dense_bf16": 2.0 * m * k, "tiled_csl": float(enc.nbytes)}
     out = []
     for n in ns:
-        c = compare_once(weight, enc, n, repeats=repeats, kernels=kernels)
+        c = compare_once(weight, enc, n, repeats=repeats, kernels=kernels, min_sample_s=min_sample_s)
         for name in c.names:
             kind = "dense_bf16" if name == "dense_bf16" else "tiled_csl"
             flops = flops_per_n[kind] * n
@@ -143,3 +174,20 @@ def max_rel_error(enc: TiledCSL, weight: torch.Tensor, n: int = 4, kernel: str =
     ref = weight.double() @ x.double()
     got = spmm(enc, x, kernel=kernel)
     return float(np.abs(got - ref.numpy()).max() / max(1e-30, ref.abs().max().item()))
+
+
+def decoder_comparison(weights: dict, batch: int, tokens: int, *, rounds: int = 5, seed: int = 0) -> Comparison:
+    """Time greedy generation of `tokens` tokens at `batch`, dense bf16 vs Tiled-CSL decoder, interleaved.
+
+    Both decoders are built from the same `weights` (:func:`labkit.spmm.decoder.random_weights`);
+    names "dense_bf16" and "tiled_csl". Tokens per second are ``batch * tokens / c.median(name)``;
+    the speedup with its spread is ``c.spread("dense_bf16", "tiled_csl")``.
+    """
+    from labkit.core.bench import interleave
+    from labkit.spmm.decoder import Decoder
+    batch = int(check_range("batch", batch, 1, 64, integer=True))
+    models = {"dense_bf16": Decoder(weights, linear="dense"), "tiled_csl": Decoder(weights, linear="sparse")}
+    prompt = torch.randint(0, models["tiled_csl"].cfg.vocab, (batch, 1),
+                           generator=torch.Generator().manual_seed(seed))
+    return interleave({name: (lambda m=m: m.generate(prompt, tokens)) for name, m in models.items()},
+                      rounds=rounds, warmup=1, case=f"decoder batch {batch}")
