@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,108 +109,376 @@ def control_panel(pool: Any, autoscaler: Any | None = None, *, max_cpus: int = 8
     return view, fig, state
 
 
+#: What each notebook profile means for 04_goldminer. "lab" (the default) builds the ci JPEG set and
+#: times whole short jobs interleaved over 7 rounds; the live panel's scripted session runs for
+#: `demo_s` seconds. `step_ms` is the emulated accelerator step: a sleep that uses no CPU, as a GPU
+#: step leaves the host's CPUs free (this machine has no GPU).
+LAB_SETTINGS = {
+    "lab": {"dataset": "ci", "batch_size": 32, "step_ms": 10.0, "job_batches": 16, "rounds": 7,
+            "workers": (1, 2), "demo_s": 12.0, "max_live_s": 300.0, "sim_jobs": 120},
+    "ci": {"dataset": "ci", "batch_size": 16, "step_ms": 5.0, "job_batches": 6, "rounds": 3,
+           "workers": (1, 2), "demo_s": 5.0, "max_live_s": 60.0, "sim_jobs": 80},
+    "small": {"dataset": "small", "batch_size": 32, "step_ms": 30.0, "job_batches": 32, "rounds": 7,
+              "workers": (1, 2, 3), "demo_s": 30.0, "max_live_s": 600.0, "sim_jobs": 400},
+}
+
+
+def lab_settings(profile: str) -> dict:
+    """Return the notebook sizes for `profile` ("lab", "ci" or "small"; "large" runs as "small")."""
+    from labkit.core.profiles import check_notebook_profile
+
+    check_notebook_profile(profile)
+    return dict(LAB_SETTINGS.get(profile, LAB_SETTINGS["small"]))
+
+
+def _job_keys(program: Any, batches: int, start: int) -> list[list[int]]:
+    """`batches` key lists of the job starting at epoch `start` (epochs chained as a long job does)."""
+    out: list[list[int]] = []
+    e = start
+    while len(out) < batches:
+        out += program.batches(e)
+        e += 1
+    return out[:batches]
+
+
+def preprocess_ms(program: Any, batches: int = 4) -> float:
+    """Median milliseconds to preprocess one batch in this process (decode, crop, flip, collate)."""
+    import statistics
+
+    keys = _job_keys(program, batches, 900)
+    times = []
+    for k in keys:
+        t0 = time.perf_counter()
+        program.load(k)
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
 @dataclass
-class LiveRun:
-    """A data-worker job training on a background thread (from :func:`live_job`), with its widgets.
+class JobComparison:
+    """The headline: the same job, monolithic vs data workers, timed interleaved (from :func:`compare_jobs`)."""
 
-    ``view`` is the control panel (CPU budget slider, kill button, batches per worker) and
-    ``dash.view`` the utilisation dashboard; display both, interact while the job runs, then call
-    :meth:`finish`, which waits only for the job's remaining time and always closes the pool.
-    """
-
-    job: Any
-    pool: Any
-    scaler: Any
-    dash: Any
-    panel: Any
-    view: Any
-    seconds: float
-    started: float = field(default_factory=time.monotonic)
-    pool_stats: dict | None = None
+    comp: Any
+    workers: tuple
+    step_ms: float
+    batches: int
 
     @property
-    def killed(self) -> bool:
-        """Whether a worker was killed from the panel (by you, or by :meth:`kill_once`)."""
-        return any(a.startswith("killed worker") for a in self.panel.result)
+    def names(self) -> list[str]:
+        return ["monolithic"] + [_dw_name(n) for n in self.workers]
 
-    def kill_once(self, at_s: float) -> bool:
-        """Press "kill a worker" `at_s` seconds into the job, unless it was pressed already or the job has
-        ended; returns whether it pressed. Waits (blocking) only until that moment."""
-        if self.killed or not self.job.running:
-            return False
-        time.sleep(max(0.0, self.started + at_s - time.monotonic()))
-        if not self.job.running:
-            return False
-        self.panel.buttons["kill"].click()
-        return True
+    def speedup(self, workers: int | None = None) -> Any:
+        """Spread of the speedup of `workers` data workers (default: the most) over the monolithic job."""
+        n = max(self.workers) if workers is None else workers
+        return self.comp.spread("monolithic", _dw_name(n))
 
-    def finish(self) -> Any:
-        """Wait for the job's remaining time and return its RunStats; the dashboard is stopped and the
-        pool closed (its final metrics kept in ``pool_stats``) even if the job failed or the wait was
-        interrupted."""
-        try:
-            return self.job.join()
-        finally:
-            self.close()
+    def table(self) -> Any:
+        """A formatted table: time per job and batches per second with intervals, speedup and verdict."""
+        from labkit.core.metrics import ResultTable
 
-    def close(self) -> None:
-        """Stop the job, the dashboard and the pool (idempotent)."""
-        try:
-            if self.job.running:
-                self.job.stop(timeout=30.0)
-        finally:
-            self.dash.stop()
-            if self.pool_stats is None:
-                self.pool_stats = self.pool.metrics()
-            self.pool.close()
+        t = ResultTable(title=f"{self.batches} batches per job, {self.comp_rounds} rounds interleaved "
+                              "(median [95% interval])")
+        for name in self.names:
+            ts = self.comp.time_spread(name)
+            row = {"job": name, "time per job": f"{ts.median:.2f} s [{ts.lo:.2f}, {ts.hi:.2f}]",
+                   "batches/s": f"{self.batches / ts.median:.0f}"}
+            if name == "monolithic":
+                row.update({"speedup": "1 (baseline)", "reading": ""})
+            else:
+                sp = self.comp.spread("monolithic", name)
+                row.update({"speedup": str(sp), "reading": sp.verdict()})
+            t.add(**row)
+        return t
+
+    @property
+    def comp_rounds(self) -> int:
+        return len(self.comp.times["monolithic"])
+
+    def figure(self) -> Any:
+        """Bars of the speedup over the monolithic job with their 95% intervals; 1.0x marked."""
+        import plotly.graph_objects as go
+
+        names = self.names[1:]
+        sp = [self.comp.spread("monolithic", n) for n in names]
+        labels = [f"{n}<br>({s.verdict()})" for n, s in zip(names, sp)]
+        fig = go.Figure(go.Bar(x=labels, y=[s.median for s in sp], marker_color="#2a9d8f",
+                               text=[f"{s.median:.2f}x" for s in sp], textposition="inside",
+                               error_y={"type": "data", "symmetric": False,
+                                        "array": [s.hi - s.median for s in sp],
+                                        "arrayminus": [s.median - s.lo for s in sp]}))
+        fig.add_hline(y=1.0, line_dash="dash", annotation_text="monolithic (1.0x)",
+                      annotation_position="bottom right")
+        fig.update_layout(title="Speedup over the monolithic job", height=320,
+                          yaxis={"title": "speedup (x), 95% interval", "rangemode": "tozero"},
+                          margin={"l": 60, "r": 20, "t": 60, "b": 60})
+        return fig
 
 
-def live_job(program: Any, split: Any, *, seconds: float, max_workers: int = 4, max_cpus: int = 4,
-             window_s: float = 1.0, interval: float = 0.25) -> LiveRun:
-    """Start `split`'s trainer on a background thread, fed by a data-worker pool under an autoscaler.
+def _dw_name(n: int) -> str:
+    return f"{n} data worker{'s' if n != 1 else ''}"
 
-    The pool starts with one worker (at most `max_workers`); the autoscaler judges windows of
-    `window_s` seconds; the job trains for `seconds` over as many epochs of `program` as that takes.
-    The control panel's CPU budget slider goes up to `max_cpus`. A dashboard (sampled every
-    `interval` s) draws CPU, workers, queue depth, throughput and trainer stall, and redraws the
-    panel's batches-per-worker bars on each tick. Returns the running :class:`LiveRun`.
+
+def compare_jobs(program: Any, split: Any, *, step_ms: float, batches: int, rounds: int = 7,
+                 workers: tuple = (1, 2)) -> JobComparison:
+    """Time the same job monolithic and with each count of data workers, interleaved over `rounds`.
+
+    Every contender trains `batches` batches (a fresh stretch of the job each round) with the same
+    emulated accelerator step of `step_ms` ms (a sleep: no CPU, as a GPU step leaves the CPUs
+    free). The monolithic job preprocesses a batch, then steps; the data workers preprocess ahead
+    while the trainer steps. Pools are persistent across rounds and always closed.
     """
+    import itertools
+
+    from labkit.core.bench import interleave
     from labkit.core.errors import check_range
-    from labkit.dataworkers.autoscale import Autoscaler
-    from labkit.dataworkers.trainer import LiveJob, Trainer
+    from labkit.dataworkers.trainer import Trainer, run
     from labkit.dataworkers.workers import ProcessWorkerPool
-    from labkit.ui.dashboard import Dashboard
 
-    check_range("seconds", seconds, 0, lo_open=True)
-    check_range("max_cpus", max_cpus, 1, integer=True)
-    pool = ProcessWorkerPool(split.stateless, workers=1, max_workers=max_workers)
-    dash = None
+    check_range("step_ms", step_ms, 0)
+    check_range("batches", batches, 1, integer=True)
+    check_range("rounds", rounds, 1, integer=True)
+    workers = tuple(int(n) for n in workers)
+    for n in workers:
+        check_range("workers", n, 1, 16, integer=True)
+    epochs = itertools.count(1, 50)
+
+    def trainer(model: Any) -> Any:
+        return Trainer(model, program.loss_fn, program.lr, mode="emulated", emulated_step_s=step_ms / 1e3)
+
+    mono = trainer(program.model)
+    pools: dict[int, Any] = {}
     try:
-        scaler = Autoscaler(pool, max_workers=max_workers, window_s=window_s)
-        trainer = Trainer(split.trainer_model, program.loss_fn, program.lr)
-        epochs = (keys for e in range(1, 1_000_000) for keys in program.batches(e))
-        job = LiveJob(trainer, pool.stream(epochs), time_limit=float(seconds), on_step=scaler.on_step)
-        view, _, panel = control_panel(pool, scaler, max_cpus=max_cpus)
+        contenders = {"monolithic": lambda: run(mono, (program.load(k) for k in
+                                                       _job_keys(program, batches, next(epochs))))}
+        for n in workers:
+            pools[n] = ProcessWorkerPool(split.stateless, workers=n, max_workers=n)
+            tr = trainer(split.trainer_model)
+            contenders[_dw_name(n)] = (lambda p=pools[n], tr=tr:
+                                       run(tr, p.stream(_job_keys(program, batches, next(epochs)))))
+        comp = interleave(contenders, rounds=rounds, warmup=1, case="image job")
+    finally:
+        for p in pools.values():
+            p.close()
+    return JobComparison(comp, workers, float(step_ms), int(batches))
 
-        def workers() -> int:
-            try:
-                panel.redraw()
-            except Exception:  # noqa: BLE001 - a closed widget must not stop the dashboard's series
-                pass
-            return pool.num_workers
-        dash = Dashboard(interval=interval, extra={"workers": workers, "queue depth": lambda: pool.ready_depth,
-                                                   "throughput": lambda: job.metrics()["throughput"],
-                                                   "trainer stall": lambda: job.metrics()["stall"]})
-        live = LiveRun(job, pool, scaler, dash, panel, view, float(seconds))
-        dash.start()
-        live.started = time.monotonic()
-        job.start()
-        return live
-    except BaseException:
-        if dash is not None:
-            dash.stop()
-        pool.close()
-        raise
+
+class LivePanel:
+    """A data-worker job you start, resize, break and stop from widgets; built before the job starts.
+
+    ``view`` holds a start and a stop button, the data-worker slider (the job's CPU budget: one
+    worker per CPU), a kill-a-worker button, a status line, the live dashboard (CPU per core,
+    workers, batches per second, trainer stall) and the batches each worker made. The job trains
+    on a background thread with the emulated accelerator step; it stops by itself after
+    `max_seconds`. Every control is plain Python: ``start()``, ``stop()``, ``kill()``,
+    ``slider.value = n``; ``events`` lists (seconds since start, what happened).
+    """
+
+    def __init__(self, program: Any, split: Any, *, step_ms: float, workers: int = 2, max_workers: int = 4,
+                 max_seconds: float = 300.0, interval: float = 0.25) -> None:
+        import ipywidgets as W
+
+        from labkit.core.errors import check_range
+        from labkit.ui.dashboard import Dashboard
+
+        check_range("step_ms", step_ms, 0)
+        check_range("max_workers", max_workers, 1, 16, integer=True)
+        check_range("workers", workers, 1, max_workers, integer=True)
+        check_range("max_seconds", max_seconds, 0, lo_open=True)
+        self.program, self.split, self.step_ms = program, split, float(step_ms)
+        self.max_workers, self.max_seconds = int(max_workers), float(max_seconds)
+        self.pool: Any = None
+        self.job: Any = None
+        self.stats: Any = None
+        self.pool_stats: dict | None = None
+        self.events: list[tuple[float, str]] = []
+        self.error: str | None = None
+        self._t0 = 0.0
+        self._lock = threading.RLock()
+        self._watch: threading.Thread | None = None
+        style = {"description_width": "initial"}
+        self.start_button = W.Button(description="start job", button_style="success", icon="play")
+        self.stop_button = W.Button(description="stop job", icon="stop", disabled=True)
+        self.slider = W.IntSlider(value=int(workers), min=1, max=self.max_workers, continuous_update=False,
+                                  description="data workers (CPU budget)", style=style)
+        self.kill_button = W.Button(description="kill a worker", button_style="danger", disabled=True)
+        self.status = W.HTML("Not started. Press <b>start job</b>.")
+        self.dash = Dashboard(interval=interval, title="live job", extra_unit="count or batches/s",
+                              extra={"workers": self._workers, "batches/s": self._rate,
+                                     "trainer stall %": self._stall})
+        import plotly.graph_objects as go
+
+        self.bars = go.FigureWidget(go.Bar(x=[], y=[], name="batches per worker", marker_color="#2a9d8f"))
+        self.bars.update_layout(title="batches made per data worker", height=240, xaxis={"title": "worker id"},
+                                yaxis={"title": "batches"}, margin={"l": 60, "r": 20, "t": 50, "b": 40})
+        self.view = W.VBox([W.HBox([self.start_button, self.stop_button, self.slider, self.kill_button],
+                                   layout=W.Layout(flex_flow="row wrap")),
+                            self.status, self.dash.view, self.bars])
+        self.start_button.on_click(lambda _: self.start())
+        self.stop_button.on_click(lambda _: self.stop())
+        self.kill_button.on_click(lambda _: self.kill())
+        self.slider.observe(lambda ch: self._resize(int(ch["new"])), names="value")
+
+    # probes the dashboard samples (0 while no job runs) --------------------------------------
+    def _workers(self) -> float:
+        with contextlib.suppress(Exception):  # a closed widget must not stop the dashboard's series
+            self.redraw_bars()
+        return float(self.pool.num_workers) if self.running else 0.0
+
+    def _rate(self) -> float:
+        return float(self.job.metrics()["throughput"]) if self.job is not None and self.running else 0.0
+
+    def _stall(self) -> float:
+        return 100.0 * self.job.metrics()["stall"] if self.job is not None and self.running else 0.0
+
+    def redraw_bars(self) -> None:
+        """Redraw the batches each worker of the current (or last) pool has made."""
+        per = dict(self.pool.stats.per_worker) if self.pool is not None else {}
+        with self.bars.batch_update():
+            self.bars.data[0].x = [str(w) for w in per]
+            self.bars.data[0].y = [v["batches"] for v in per.values()]
+
+    @property
+    def running(self) -> bool:
+        return self.job is not None and self.job.running
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self._t0 if self._t0 else 0.0
+
+    def _note(self, what: str) -> None:
+        t = self.dash.samples[-1]["t"] if self.dash.samples and self.dash.running else self.elapsed
+        self.events.append((round(t, 1), what))
+        with contextlib.suppress(Exception):
+            self.dash.fig.add_vline(x=t, line_dash="dot", line_color="black")
+
+    def start(self) -> None:
+        """Start the job (no-op while it runs): a fresh pool of `slider.value` workers, dashboard on."""
+        import itertools
+
+        from labkit.dataworkers.trainer import LiveJob, Trainer
+        from labkit.dataworkers.workers import ProcessWorkerPool
+
+        with self._lock:
+            if self.running:
+                return
+            self.stats = self.pool_stats = self.error = None
+            self.pool = ProcessWorkerPool(self.split.stateless, workers=self.slider.value,
+                                          max_workers=self.max_workers)
+            trainer = Trainer(self.split.trainer_model, self.program.loss_fn, self.program.lr, mode="emulated",
+                              emulated_step_s=self.step_ms / 1e3)
+            keys = (k for e in itertools.count(2000) for k in self.program.batches(e))
+            self.job = LiveJob(trainer, self.pool.stream(keys), time_limit=self.max_seconds, window_s=1.0)
+            self._t0 = time.monotonic()
+            self.dash.start()
+            self.job.start()
+            self._note(f"start, {self.slider.value} workers")
+            self.start_button.disabled, self.stop_button.disabled, self.kill_button.disabled = True, False, False
+            self.status.value = (f"Running (stops by itself after {self.max_seconds:.0f} s): move the slider, "
+                                 "kill a worker, then press <b>stop job</b>.")
+            self._watch = threading.Thread(target=self._wait_end, name="labkit-dw-panel", daemon=True)
+            self._watch.start()
+
+    def _wait_end(self) -> None:
+        job = self.job
+        with contextlib.suppress(Exception):
+            job.join()
+        with self._lock:
+            if self.job is job:  # not a later run started meanwhile
+                self.stop()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the job has ended by itself (after `max_seconds`) and the pool is closed."""
+        if self._watch is not None:
+            self._watch.join(timeout)
+
+    def _resize(self, n: int) -> None:
+        with self._lock:
+            if self.running:
+                self.pool.set_target(n)
+                self._note(f"budget {n} workers")
+                self.status.value = (f"Data workers set to {n}: the job keeps training while workers start or "
+                                     "retire (watch <i>workers</i> and <i>batches/s</i>).")
+
+    def kill(self) -> int | None:
+        """SIGKILL the worker holding the most batches; returns its id (None when no job runs)."""
+        with self._lock:
+            if not self.running:
+                return None
+            wid = self.pool.kill_worker()
+            self._note(f"killed worker {wid}")
+            self.status.value = (f"Killed worker {wid}: its batches are re-issued to the others and a new worker "
+                                 "replaces it. Batches/s dips, then recovers; no batch is lost or trained twice.")
+            return wid
+
+    def stop(self) -> Any:
+        """Stop the job, the dashboard and the pool (idempotent); return :meth:`summary`."""
+        with self._lock:
+            if self.job is not None and self.pool is not None and self.pool_stats is None:
+                try:
+                    self.job.stop(timeout=30.0)
+                    self.stats = self.job.join(timeout=1.0)
+                except Exception as exc:  # noqa: BLE001 - shown in the panel, not raised into a callback
+                    self.error = f"{type(exc).__name__}: {exc}"
+                finally:
+                    self._note("stop")
+                    self.dash.stop()
+                    self.pool_stats = self.pool.metrics()
+                    self.pool.close()
+                    self.redraw_bars()
+                s = self.summary_dict()
+                self.status.value = ("Stopped. " + (f"<b>error:</b> {self.error}. " if self.error else "")
+                                     + f"{s['batches trained']} batches trained; "
+                                     f"{s['worker deaths']} worker(s) killed, {s['batches re-issued']} batches "
+                                     f"re-issued, {s['batches lost']} lost. Press <b>start job</b> to run again.")
+                self.start_button.disabled, self.stop_button.disabled, self.kill_button.disabled = False, True, True
+            return self.summary()
+
+    def summary_dict(self) -> dict:
+        st, ps = self.stats, self.pool_stats or {}
+        trained = st.batches if st is not None else 0
+        return {"batches trained": trained, "seconds": st.wall_s if st is not None else 0.0,
+                "batches/s": st.throughput if st is not None else 0.0,
+                "worker deaths": ps.get("worker_deaths", 0), "batches re-issued": ps.get("reissued", 0),
+                "batches lost": ps.get("delivered", 0) - trained if st is not None else 0,
+                "delivered": ps.get("delivered", 0)}
+
+    def summary(self) -> Any:
+        """A formatted table of the last run (batches, rate, kills, re-issued and lost batches)."""
+        from labkit.core.metrics import ResultTable
+
+        s = self.summary_dict()
+        t = ResultTable(title="the live job")
+        t.add(measure="batches trained", value=f"{s['batches trained']}")
+        t.add(measure="time trained", value=f"{s['seconds']:.1f} s")
+        t.add(measure="throughput", value=f"{s['batches/s']:.1f} batches/s")
+        t.add(measure="workers killed", value=f"{s['worker deaths']}")
+        t.add(measure="batches re-issued after kills", value=f"{s['batches re-issued']}")
+        t.add(measure="batches lost", value=f"{s['batches lost']}")
+        return t
+
+    def demo(self, seconds: float) -> Any:
+        """A scripted session for a headless run: start, raise the budget by one, kill a worker, stop.
+
+        Blocks for about `seconds` (the job itself runs on its thread); returns :meth:`summary`.
+        A job already running is used as it is.
+        """
+        from labkit.core.errors import check_range
+
+        check_range("seconds", seconds, 0, lo_open=True)
+        try:
+            self.start()
+            t0 = time.monotonic()
+
+            def at(frac: float) -> None:
+                time.sleep(max(0.0, t0 + frac * seconds - time.monotonic()))
+            at(0.3)
+            self.slider.value = min(self.max_workers, self.slider.value + 1)
+            at(0.55)
+            self.kill()
+            at(1.0)
+        finally:
+            result = self.stop()
+        return result
 
 
 def history_table(scaler: Any) -> Any:
@@ -227,13 +497,15 @@ def simulator_explorer(n_jobs: int = 120, *, load: float = 0.4, cpu_servers: int
     """Return ``(view, fig, state)``: offered-load and CPU-only-server sliders re-running the simulator.
 
     Each move replays one :func:`labkit.dataworkers.simulator.compare` trace of `n_jobs` jobs on
-    the default 64-GPU cluster with that many CPU-only servers; the bars show average JCT (hours)
-    and GPU utilisation for static vs elastic, and under them ``state.plots`` (the figure of
-    :func:`simulator_plots`: the JCT CDF and GPU utilisation over time) is redrawn for the same run.
-    ``state.result`` is compare's dict.
+    the default 64-GPU cluster with that many CPU-only servers. `fig` has one axis per panel: the
+    average JCT (hours, left) and the GPU utilisation (% of allocated GPU time busy, right) for
+    static vs elastic; under it ``state.plots`` (the figure of :func:`simulator_plots`: the JCT CDF
+    and GPU utilisation over time) is redrawn for the same run. ``state.result`` is compare's dict.
+    The figures are modelled by the simulator, not measured.
     """
     import ipywidgets as W
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
     from labkit.core.errors import check_range, check_seed
     from labkit.dataworkers import simulator
@@ -246,12 +518,14 @@ def simulator_explorer(n_jobs: int = 120, *, load: float = 0.4, cpu_servers: int
     detail = go.FigureWidget()  # simulator_plots' figure, redrawn by every run
 
     def redraw(fig: Any, v: dict) -> dict:
-        r = simulator.compare(n_jobs, cluster=simulator.Cluster(cpu_servers=int(v["CPU servers"])),
-                              load=float(v["load"]), seed=seed)
-        fig.data[0].y = [r["static"].avg_jct / 3600, r["elastic"].avg_jct / 3600]
-        fig.data[1].y = [r["static"].gpu_util, r["elastic"].gpu_util]
-        fig.layout.title = (f"JCT {r['jct_improvement']:.2f}x better, "
-                            f"GPU utilisation {r['gpu_util_improvement']:.2f}x higher")
+        r = simulator.compare(n_jobs, cluster=simulator.Cluster(cpu_servers=int(v["CPU-only servers"])),
+                              load=float(v["offered load"]), seed=seed)
+        jct = [r["static"].avg_jct / 3600, r["elastic"].avg_jct / 3600]
+        util = [100 * r["static"].gpu_util, 100 * r["elastic"].gpu_util]
+        fig.data[0].y, fig.data[0].text = jct, [f"{x:.1f} h" for x in jct]
+        fig.data[1].y, fig.data[1].text = util, [f"{x:.0f} %" for x in util]
+        fig.layout.title = (f"Modelled: JCT {r['jct_improvement']:.2f}x shorter, "
+                            f"GPU use {r['gpu_util_improvement']:.2f}x higher")
         new = simulator_plots(r)
         with detail.batch_update():
             if not detail.data:
@@ -262,13 +536,23 @@ def simulator_explorer(n_jobs: int = 120, *, load: float = 0.4, cpu_servers: int
             detail.layout.title = new.layout.title
         return r
 
-    fig = go.FigureWidget([go.Bar(x=["static", "elastic"], y=[0, 0], name="avg JCT (h)"),
-                           go.Bar(x=["static", "elastic"], y=[0, 0], name="GPU utilisation", yaxis="y2")])
-    fig.update_layout(barmode="group", height=320, yaxis={"title": "average JCT (h)"},
-                      yaxis2={"title": "GPU utilisation", "overlaying": "y", "side": "right", "range": [0, 1.05]})
-    controls = {"load": W.FloatSlider(value=load, min=0.2, max=0.8, step=0.1),
-                "CPU servers": W.IntSlider(value=cpu_servers, min=0, max=8)}
-    view, fig, state = slider_plot(controls, redraw, fig, title=f"Simulated 64-GPU cluster, {n_jobs} jobs")
+    base = make_subplots(rows=1, cols=2, subplot_titles=("average job completion time", "GPU utilisation"),
+                         horizontal_spacing=0.15)
+    fig = go.FigureWidget(base)
+    colors = ["#e76f51", "#2a9d8f"]
+    fig.add_bar(x=["static", "elastic"], y=[0, 0], name="average JCT (h)", marker_color=colors,
+                textposition="auto", showlegend=False, row=1, col=1)
+    fig.add_bar(x=["static", "elastic"], y=[0, 0], name="GPU utilisation (%)", marker_color=colors,
+                textposition="auto", showlegend=False, row=1, col=2)
+    fig.update_yaxes(title_text="hours", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="% of allocated GPU time busy", range=[0, 100], row=1, col=2)
+    fig.update_layout(height=330, margin={"l": 60, "r": 20, "t": 70, "b": 40})
+    style = {"description_width": "initial"}
+    controls = {"offered load": W.FloatSlider(value=load, min=0.2, max=0.8, step=0.1, style=style,
+                                              description="offered load (share of GPUs)"),
+                "CPU-only servers": W.IntSlider(value=cpu_servers, min=0, max=8, style=style,
+                                                description="CPU-only servers")}
+    view, fig, state = slider_plot(controls, redraw, fig, title=f"Simulated 64-GPU cluster, {n_jobs} jobs (modelled)")
     state.plots = detail
     view.children = tuple(view.children) + (detail,)
     return view, fig, state
@@ -294,6 +578,7 @@ def simulator_plots(result: dict) -> Any:
     fig.update_xaxes(title_text="hours since first arrival", row=1, col=2)
     fig.update_yaxes(title_text="share of jobs finished", range=[0, 1.02], row=1, col=1)
     fig.update_yaxes(title_text="share of allocated GPUs busy", range=[0, 1.02], row=1, col=2)
-    fig.update_layout(height=340, title=f"static vs elastic: JCT {result['jct_improvement']:.2f}x better, "
-                                        f"GPU utilisation {result['gpu_util_improvement']:.2f}x higher")
+    fig.update_layout(height=340, margin={"l": 60, "r": 20, "t": 80, "b": 40},
+                      title=f"Modelled: JCT {result['jct_improvement']:.2f}x shorter, "
+                            f"GPU use {result['gpu_util_improvement']:.2f}x higher")
     return fig

@@ -8,8 +8,8 @@ from labkit.dataworkers.autoscale import Autoscaler
 from labkit.dataworkers.extract import extract
 from labkit.dataworkers.simulator import Cluster, compare
 from labkit.dataworkers.workers import ProcessWorkerPool
-from labkit.ui.dataworkers import (control_panel, cut_graph, history_table, live_job, simulator_explorer,
-                                  simulator_plots)
+from labkit.ui.dataworkers import (LivePanel, compare_jobs, control_panel, cut_graph, lab_settings,
+                                  simulator_explorer, simulator_plots)
 
 
 def test_cut_graph_colours_moved_nodes(image_prog):
@@ -49,19 +49,23 @@ def test_simulator_explorer_sliders_rerun_the_simulator():
     first = state.result
     assert set(first) >= {"static", "elastic", "jct_improvement", "gpu_util_improvement"}
     assert list(fig.data[0].y) == [first["static"].avg_jct / 3600, first["elastic"].avg_jct / 3600]
-    assert list(fig.data[1].y) == [first["static"].gpu_util, first["elastic"].gpu_util]
-    state.controls["CPU servers"].value = 4
+    assert list(fig.data[1].y) == [100 * first["static"].gpu_util, 100 * first["elastic"].gpu_util]
+    # One axis per panel, each with its unit: JCT in hours on the left, utilisation in % on the right.
+    assert fig.data[0].yaxis == "y" and fig.data[1].yaxis == "y2" and fig.layout.yaxis2.overlaying is None
+    assert (fig.layout.yaxis.title.text, fig.layout.yaxis2.title.text) == ("hours", "% of allocated GPU time busy")
+    assert fig.layout.title.text.startswith("Modelled")
+    state.controls["CPU-only servers"].value = 4
     assert state.updates == 2 and state.error is None
     # More CPU-only servers give the elastic policy more CPUs; the static policy cannot use them.
     assert state.result["static"].avg_jct == first["static"].avg_jct
     assert state.result["elastic"].avg_jct <= first["elastic"].avg_jct
-    assert "better" in fig.layout.title.text
+    assert "shorter" in fig.layout.title.text
     assert len(simulator_plots(state.result).data) == 4
     # The CDF and utilisation plots under the bars follow the sliders (same run as the bars).
     assert state.plots in view.children and len(state.plots.data) == 4
     assert [t.name for t in state.plots.data] == [t.name for t in simulator_plots(state.result).data]
     assert list(state.plots.data[0].x) == list(simulator_plots(state.result).data[0].x)
-    state.controls["load"].value = 0.8
+    state.controls["offered load"].value = 0.8
     assert state.plots.layout.title.text == simulator_plots(state.result).layout.title.text
     assert list(state.plots.data[2].y) == list(simulator_plots(state.result).data[2].y)
 
@@ -73,51 +77,80 @@ def test_simulator_explorer_rejects_bad_settings(kw, match):
         simulator_explorer(**{"n_jobs": 10, **kw})
 
 
-def test_live_job_runs_in_the_background_and_always_closes_its_pool(image_prog, no_leaks):
+def test_lab_settings_name_each_profile():
+    assert lab_settings("lab")["dataset"] == "ci" and lab_settings("lab")["rounds"] >= 5
+    assert lab_settings("large") == lab_settings("small")
+    with pytest.raises(ValueError, match="PROFILE="):
+        lab_settings("huge")
+
+
+def test_compare_jobs_times_every_contender_interleaved(image_prog, no_leaks):
+    split = extract(image_prog)
+    jc = compare_jobs(image_prog, split, step_ms=2.0, batches=3, rounds=2, workers=(1, 2))
+    assert jc.names == ["monolithic", "1 data worker", "2 data workers"]
+    assert all(len(jc.comp.times[n]) == 2 for n in jc.names)
+    sp = jc.speedup()
+    assert sp.lo <= sp.median <= sp.hi and sp.n == 2
+    t = jc.table()
+    assert [r["job"] for r in t.rows] == jc.names and t.rows[0]["speedup"] == "1 (baseline)"
+    assert t.rows[2]["reading"] in ("faster", "slower", "within noise") and " s [" in t.rows[1]["time per job"]
+    fig = jc.figure()
+    assert len(fig.data[0].y) == 2 and fig.layout.yaxis.title.text.startswith("speedup (x)")
+
+
+def test_live_panel_shows_before_start_and_every_control_works(image_prog, no_leaks):
     import time
     split = extract(image_prog)
-    live = live_job(image_prog, split, seconds=3.0, max_workers=2, max_cpus=2, window_s=0.3, interval=0.2)
-    redraws, redraw = [], live.panel.redraw
-
-    def counted():  # the dashboard's ticks call this; note the bars' total each one drew
-        redraw()
-        redraws.append(sum(live.panel.fig.data[0].y))
-    live.panel.redraw = counted
+    panel = LivePanel(image_prog, split, step_ms=2.0, workers=1, max_workers=3, max_seconds=60, interval=0.1)
     try:
-        assert live.job.running and live.dash.running  # started, and live_job returned at once
-        assert live.view.children[0].children[-1] is live.panel.buttons["kill"]
-        assert not live.killed
-        assert live.kill_once(at_s=1.0) and live.killed
-        assert not live.kill_once(at_s=1.5)  # once only
-        time.sleep(0.5)
-        # The dashboard ticks until finish(), after the job's time too: wait (however busy the
-        # machine is) for ticks to have redrawn the bars more than once, once with batches on them.
-        deadline = time.monotonic() + 60
-        while (len(redraws) < 2 or max(redraws) < 1) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        stats = live.finish()
+        assert not panel.running and panel.kill_button.disabled and not panel.start_button.disabled
+        assert "Not started" in panel.status.value and panel.dash.view in panel.view.children
+        assert panel.kill() is None  # nothing to kill yet
+        panel.start_button.click()
+        assert panel.running and panel.start_button.disabled and not panel.kill_button.disabled
+
+        def wait(cond, limit=60.0):
+            deadline = time.monotonic() + limit
+            while not cond() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert cond()
+        wait(lambda: panel.job.metrics()["batches"] >= 3)
+        panel.slider.value = 3  # the budget resizes the running job's pool
+        assert panel.pool.target == 3 and panel.events[-1][1] == "budget 3 workers"
+        wait(lambda: panel.pool.num_workers == 3)
+        wait(lambda: any(s.get("workers") == 3 for s in panel.dash.samples))  # visible in the dashboard
+        panel.kill_button.click()
+        assert panel.events[-1][1].startswith("killed worker") and "no batch is lost" in panel.status.value
+        n = panel.job.metrics()["batches"]
+        wait(lambda: panel.job.metrics()["batches"] >= n + 3)  # it recovers: training goes on
+        panel.stop_button.click()
+        assert not panel.running and not panel.dash.running and not panel.start_button.disabled
+        s = panel.summary_dict()
+        assert s["worker deaths"] == 1 and s["batches lost"] == 0 and s["batches trained"] >= n + 3
+        assert "Stopped" in panel.status.value and sum(panel.bars.data[0].y) >= s["delivered"]  # made, some ahead of use
+        assert [r["measure"] for r in panel.summary().rows][-1] == "batches lost"
+        shapes = len(panel.dash.fig.layout.shapes)
+        assert shapes >= 4  # start, budget, kill and stop marked on the dashboard
+        assert panel.stop().rows  # idempotent
     finally:
-        live.close()  # idempotent
-    assert stats.batches > 0 and not live.job.running and not live.dash.running
-    assert live.pool_stats["worker_deaths"] == 1 and live.pool_stats["delivered"] == stats.batches
-    # The dashboard's ticks redrew the per-worker bars (not only the kill and slider did).
-    assert len(redraws) >= 2 and max(redraws) >= 1 and sum(live.panel.fig.data[0].y) >= 1
-    assert any(s.get("workers") for s in live.dash.samples)
-    t = history_table(live.scaler)
-    assert t.title == "autoscaler windows" and len(t.rows) == len(live.scaler.history) >= 1
-    assert list(t.rows[0]) == ["t (s)", "workers after action", "batches/s", "stall", "job CPUs busy", "action"]
-    assert [r["workers after action"] for r in t.rows] == [h.workers for h in live.scaler.history]
+        panel.stop()
 
 
-def test_live_job_kill_once_does_nothing_after_the_job_ended(image_prog, no_leaks):
+def test_live_panel_demo_is_bounded_and_stops_itself(image_prog, no_leaks):
     split = extract(image_prog)
-    live = live_job(image_prog, split, seconds=0.5, max_workers=1, max_cpus=1)
-    try:
-        live.job.join()
-        assert not live.kill_once(at_s=0.1) and not live.killed
-    finally:
-        live.finish()
-    assert live.pool_stats["worker_deaths"] == 0
+    panel = LivePanel(image_prog, split, step_ms=2.0, workers=1, max_workers=2, max_seconds=60, interval=0.1)
+    panel.demo(2.0)
+    assert not panel.running and [e[1].split()[0] for e in panel.events] == ["start,", "budget", "killed", "stop"]
+    assert panel.summary_dict()["worker deaths"] == 1 and panel.summary_dict()["batches lost"] == 0
+
+
+def test_live_panel_job_ends_by_itself_after_max_seconds(image_prog, no_leaks):
+    split = extract(image_prog)
+    panel = LivePanel(image_prog, split, step_ms=2.0, workers=1, max_workers=1, max_seconds=0.5, interval=0.1)
+    panel.start()
+    panel.wait(60)
+    assert panel.pool_stats is not None and not panel.running and not panel.dash.running
+    assert panel.summary_dict()["batches trained"] >= 1
 
 
 def test_control_panel_redraw_counts_batches_per_worker(image_prog, no_leaks):
