@@ -93,7 +93,7 @@ def _flop_per_byte(x: float) -> str:
 #: regime the paper is about. "ci" is the tests' size (fits in cache: overheads, not bytes).
 SETTINGS = {
     "lab": dict(shape=(7168, 7168), mib=256, roof_ns=(1, 4), rounds=7, min_sample_s=0.05,
-                dec=dict(d_model=768, n_heads=12, ffn_dim=3072, n_layers=2), tokens=8, dec_rounds=5),
+                dec=dict(d_model=1024, n_heads=16, ffn_dim=4096, n_layers=2), tokens=8, dec_rounds=5),
     "ci": dict(shape=(1024, 1024), mib=64, roof_ns=(1, 4, 16), rounds=3, min_sample_s=0.0,
                dec=dict(d_model=128, n_heads=4, ffn_dim=512), tokens=8, dec_rounds=3),
     "small": dict(shape=(9216, 9216), mib=512, roof_ns=(1, 4, 16), rounds=7, min_sample_s=0.05,
@@ -344,3 +344,16 @@ def decoder_table(comparisons: dict, tokens: int, d_model: int) -> LiveTable:
         data[batch] = sp
     return LiveTable(rows, f"decoder d={d_model}, 90% sparse, {tokens} new tokens: tokens per second "
                            "(median [95% interval])", data)
+
+
+def roofline_answer(roof: dict, points: list[dict]) -> str:
+    """Return one line: how fast dense bf16 and Tiled-CSL read their weights at N = 1, against the bandwidth."""
+    bw = float(roof["bandwidth_GBps"])
+    at1 = {p["kernel"]: p for p in points if p["n"] == 1}
+    parts = []
+    for kernel in ("dense_bf16", "tiled_csl_sparse"):
+        if kernel in at1:
+            p = at1[kernel]
+            gbps = p["GFLOPs"] / p["intensity"]   # FLOP/s over FLOP/byte = bytes/s of weights
+            parts.append(f"{_LABEL[kernel]} reads its weights at {gbps:.1f} GB/s ({gbps / bw:.0%})")
+    return f"At N = 1, measured bandwidth {bw:.1f} GB/s: " + "; ".join(parts) + "."

@@ -129,7 +129,7 @@ def test_tile_picture_has_axis_titles():
 
 def test_lab_settings():
     lab_p = ui.lab_settings("lab")
-    assert lab_p["shape"] == (7168, 7168) and lab_p["rounds"] >= 5 and lab_p["dec"].d_model == 768
+    assert lab_p["shape"] == (7168, 7168) and lab_p["rounds"] >= 5 and lab_p["dec"].d_model == 1024
     assert ui.lab_settings("ci")["shape"] == (1024, 1024)
     with pytest.raises(ValueError, match="PROFILE='huge'"):
         ui.lab_settings("huge")
@@ -141,3 +141,12 @@ def test_decoder_table_formats_tokens_per_second():
     row = t.rows[0]
     assert row["dense bf16"].startswith("40.0 tok/s [") and row["reading"] == "faster"
     assert row["speedup"] == str(t.data[1]) and t.data[1].median == pytest.approx(2.0)
+
+
+def test_roofline_answer_reads_weight_bytes_per_second():
+    roof = {"bandwidth_GBps": 10.0, "gemm_bf16_GFLOPs": 1.0}
+    pts = [{"kernel": "dense_bf16", "n": 1, "intensity": 1.0, "GFLOPs": 4.0},
+           {"kernel": "tiled_csl_sparse", "n": 1, "intensity": 0.5, "GFLOPs": 3.0},
+           {"kernel": "dense_bf16", "n": 4, "intensity": 4.0, "GFLOPs": 1.0}]
+    assert ui.roofline_answer(roof, pts) == ("At N = 1, measured bandwidth 10.0 GB/s: dense bf16 reads its weights "
+                                              "at 4.0 GB/s (40%); Tiled-CSL reads its weights at 6.0 GB/s (60%).")
