@@ -1,4 +1,4 @@
-"""notebooks/04_goldminer.ipynb runs headless at profile ci and records real metrics."""
+"""notebooks/04_goldminer.ipynb runs headless at its default profile ("lab") and records real metrics."""
 
 from __future__ import annotations
 
@@ -15,20 +15,22 @@ NB = Path(__file__).resolve().parents[2] / "notebooks" / "04_goldminer.ipynb"
 @pytest.mark.slow
 def test_goldminer_notebook_records_metrics(dw_root, monkeypatch, no_leaks):
     monkeypatch.setenv("LABKIT_DATA", dw_root)
-    m = run_notebook(NB, {"PROFILE": "ci", "LIVE_SECONDS": 5.0, "SIM_JOBS": 80})
-    assert m["profile"] == "ci"
+    m = run_notebook(NB, {"PROFILE": "lab"})  # its default
+    assert m["profile"] == "lab"
     assert m["cut_kind"] == "traced prefix" and m["prefix_nodes"] == ["permute", "float_1", "sub", "truediv"]
     assert m["equivalence_batches"] == 2 and m["equivalence_max_loss_diff"] == 0.0
-    # The monolithic job trains for a time (3 s at ci; its batches never run out, so only the time
-    # ends it) with the dashboard sampling meanwhile. How many batches and samples fit in those
-    # seconds depends on the machine's load, so the counts only need to show that each ran.
-    assert m["mono_seconds"] >= 3.0 and m["mono_batches"] >= 1 and 0.0 < m["mono_stall_fraction"] < 1.0
-    assert m["mono_dashboard_samples"] >= 1
-    assert m["live_batches"] > 0 and m["live_throughput"] > 0
-    # Every batch the pool handed over reached the trainer, once, despite the kill.
-    assert m["delivered"] == m["live_batches"]
-    assert m["worker_deaths"] == 1 and any(a.startswith("killed worker") for a in m["panel_actions"])
-    assert 1 <= m["workers_final"] <= 4 and m["autoscale_windows"] >= 1
+    # The headline: the job with data workers against the monolithic one, interleaved rounds.
+    assert m["rounds"] >= 5 and m["preprocess_ms"] > m["step_ms"] > 0  # preprocessing is the bottleneck
+    assert 0 < m["speedup_lo"] <= m["speedup"] <= m["speedup_hi"]
+    expected = "faster" if m["speedup_lo"] > 1 else "slower" if m["speedup_hi"] < 1 else "within noise"
+    assert m["speedup_verdict"] == expected  # the notebook's own words follow its interval
+    # Preprocessing overlaps the (emulated, CPU-free) step even when no core is spare: in every run at
+    # "lab" so far, on a machine with a load average of 8-10 on its 2 cores, both intervals stayed
+    # well above 1.0x (1.34 and more).
+    assert m["speedup_1worker_lo"] > 1.0 and m["speedup_lo"] > 1.0
+    # The live panel's scripted session: start, one more worker, a kill, stop; nothing lost.
+    assert [e.split()[0] for e in m["live_events"]] == ["start,", "budget", "killed", "stop"]
+    assert m["worker_deaths"] == 1 and m["batches_lost"] == 0 and m["live_batches"] > 0
+    assert m["live_max_workers_seen"] == 3 and m["dashboard_samples"] >= 3  # the resize shows in the dashboard
     assert m["sim_jct_improvement"] > 1.0 and m["sim_gpu_util_improvement"] > 1.0
     assert m["sim_plot_traces"] == 4  # the explorer draws the JCT CDF and utilisation plots itself
-    assert m["dashboard_samples"] >= 1  # the live job's dashboard sampled while it ran

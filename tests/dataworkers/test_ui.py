@@ -78,7 +78,7 @@ def test_simulator_explorer_rejects_bad_settings(kw, match):
 
 
 def test_lab_settings_name_each_profile():
-    assert lab_settings("lab")["dataset"] == "ci" and lab_settings("lab")["rounds"] >= 5
+    assert lab_settings("lab")["dataset"] == "ci" and 0 < lab_settings("lab")["step_share"] < 1 and lab_settings("lab")["rounds"] >= 5
     assert lab_settings("large") == lab_settings("small")
     with pytest.raises(ValueError, match="PROFILE="):
         lab_settings("huge")
