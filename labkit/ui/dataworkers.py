@@ -268,7 +268,7 @@ class LivePanel:
 
     ``view`` holds a start and a stop button, the data-worker slider (the job's CPU budget: one
     worker per CPU), a kill-a-worker button, a status line, the live dashboard (CPU per core,
-    workers, batches per second, trainer stall) and the batches each worker made. The job trains
+    workers, batches per second) and the batches each worker made. The job trains
     on a background thread with the emulated accelerator step; it stops by itself after
     `max_seconds`. Every control is plain Python: ``start()``, ``stop()``, ``kill()``,
     ``slider.value = n``; ``events`` lists (seconds since start, what happened).
@@ -303,9 +303,8 @@ class LivePanel:
                                   description="data workers (CPU budget)", style=style)
         self.kill_button = W.Button(description="kill a worker", button_style="danger", disabled=True)
         self.status = W.HTML("Not started. Press <b>start job</b>.")
-        self.dash = Dashboard(interval=interval, title="live job", extra_unit="count or batches/s",
-                              extra={"workers": self._workers, "batches/s": self._rate,
-                                     "trainer stall %": self._stall})
+        self.dash = Dashboard(interval=interval, title="live job", extra_unit="workers or batches/s",
+                              extra={"workers": self._workers, "batches/s": self._rate})
         import plotly.graph_objects as go
 
         self.bars = go.FigureWidget(go.Bar(x=[], y=[], name="batches per worker", marker_color="#2a9d8f"))
@@ -327,9 +326,6 @@ class LivePanel:
 
     def _rate(self) -> float:
         return float(self.job.metrics()["throughput"]) if self.job is not None and self.running else 0.0
-
-    def _stall(self) -> float:
-        return 100.0 * self.job.metrics()["stall"] if self.job is not None and self.running else 0.0
 
     def redraw_bars(self) -> None:
         """Redraw the batches each worker of the current (or last) pool has made."""
