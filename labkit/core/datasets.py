@@ -430,18 +430,20 @@ def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
         return open_dataset(name, profile, root=root, build=False)
     p = dict(spec.profiles[profile])
     p.update(params or {})
-    # The bar first (its import takes a while): an interrupt there leaves no folder to remove.
-    stages = StageBar(f"building {name}/{profile}", ("generating", "hashing", "committing"), progress)
+    # Import the bar's module first (it takes a while), so an interrupt there leaves no folder to
+    # remove; draw the bar only once the folder exists, so a refused folder prints one line only.
+    import tqdm.auto  # noqa: F401
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{profile}.building-{os.getpid()}-", dir=final.parent))
     except OSError as exc:
-        stages.close()
         fix = f"pass root= a writable folder (root={str(root)!r})" if root else \
             "set LABKIT_DATA to a writable folder"
         raise DatasetError(f"cannot create a dataset under {final.parent} ({exc.strerror}); {fix}") from None
     old: Path | None = None
+    stages = None
     try:
+        stages = StageBar(f"building {name}/{profile}", ("generating", "hashing", "committing"), progress)
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; a built dataset is as shareable as any folder
         w = DatasetWriter(tmp, spec, profile, p)
         spec.builder(w, p)
@@ -480,7 +482,8 @@ def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
                                "disk") from None
         raise
     finally:
-        stages.close()
+        if stages is not None:
+            stages.close()
     return open_dataset(name, profile, root=root, build=False)
 
 
