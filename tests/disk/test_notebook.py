@@ -1,4 +1,4 @@
-"""notebooks/03_caliex.ipynb runs headless at profile ci and records real metrics."""
+"""notebooks/03_caliex.ipynb runs headless at its default profile (lab) and records real metrics."""
 
 from __future__ import annotations
 
@@ -14,18 +14,24 @@ NB = Path(__file__).resolve().parents[2] / "notebooks" / "03_caliex.ipynb"
 @pytest.mark.notebook
 @pytest.mark.slow
 def test_caliex_notebook_records_metrics():
-    m = run_notebook(NB, {"PROFILE": "ci", "BATCHES": 2})
-    assert m["profile"] == "ci" and m["batches"] == 2
-    for k in ("naive_s_per_batch", "caliex_s_per_batch", "ginex_s_per_batch", "memory_s_per_batch"):
-        assert m[k] > 0  # recorded (how fast is the bench's business, not a test's)
+    m = run_notebook(NB, {"PROFILE": "lab"})  # the default: the small graph, a budget of 15% of it
+    assert m["profile"] == "lab" and m["batches"] == 3 and m["rounds"] == 5
+    for k in ("naive_s_per_batch", "caliex_s_per_batch", "ginex_s_per_batch"):
+        assert m[k] > 0
+    # The paper's direction, with its interval. On a 2-core machine at load 9 (training 15x slower
+    # than quiet), lab gave 2.23x [1.35, 2.71] over naive and 1.54x [1.20, 2.00] over Ginex-style;
+    # an earlier 3-round run at the same size gave 2.00x [1.74, 2.46] and 1.72x [1.66, 1.73].
+    assert m["speedup_naive_lo"] > 1.0 and m["speedup_ginex_lo"] > 1.0
+    assert m["speedup_naive_lo"] <= m["speedup_naive"] <= m["speedup_naive_hi"]
     assert m["losses_match"] is True
     assert 0.0 <= m["tuned_split"] <= 1.0 and len(m["predicted_curve"]) == 21
     assert all(t > 0 for t in m["predicted_curve"])
+    # Predicted and measured seconds per mini-batch agree in scale (the curve once sat 4x above).
+    assert 1 / 3 < m["predicted_at_tuned"] / m["measured_at_tuned"] < 3
     assert 0.0 <= m["hit_rate_features"] <= 1.0 and 0.0 <= m["hit_rate_topology"] <= 1.0
     assert m["hit_rate_features"] + m["hit_rate_topology"] > 0  # some cache serves something
     assert m["read_amplification"] >= 1.0 and m["naive_bytes_read"] > 0 and m["caliex_bytes_read"] > 0
-    # Same mini-batches: what CaliEX must fetch from disk is naive's need minus its cache hits
-    # (it may still read more bytes, as sweeps and coalescing read through gaps).
+    # Same mini-batches: what CaliEX must fetch from disk is naive's need minus its cache hits.
     assert 0 < m["caliex_bytes_needed"] < m["naive_bytes_needed"]
     assert m["explorer_updates"] >= 2 and 0.0 <= m["explorer_hit_rate_features"] <= 1.0
     assert m["dashboard_samples"] >= 1
