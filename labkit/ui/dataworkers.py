@@ -52,8 +52,8 @@ def control_panel(pool: Any, autoscaler: Any | None = None, *, max_cpus: int = 8
     The slider is the job's CPU budget: it caps the data workers (through the autoscaler when
     there is one, which then scales only below the cap); the button SIGKILLs the worker holding
     the most batches. The bars show the batches each worker has made: they are redrawn on every
-    slider move and kill, and by ``state.redraw()`` (which :func:`live_job` calls on each
-    dashboard tick). ``state.result`` is the list of actions taken; ``state.controls["CPU budget"]``
+    slider move and kill, and by ``state.redraw()`` (call it from a dashboard
+    probe to follow a running job). ``state.result`` is the list of actions taken; ``state.controls["CPU budget"]``
     is the slider and ``state.buttons["kill"]`` the button (notebooks and tests call ``.click()`` on it).
     """
     import ipywidgets as W
