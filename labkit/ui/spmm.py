@@ -231,7 +231,8 @@ def _sparsity_table(seen: dict, names: list[str], n: int, shape) -> LiveTable:
 
 def n_explorer(shape: tuple[int, int], sparsity: float = 0.8, max_log2_n: int = 5, repeats: int = 7,
                seed: int = 0, *, roof: dict | None = None, min_sample_s: float = 0.0):
-    """Return ``(view, fig, state)``: an N slider adding points to Tiled-CSL's speedup over dense vs N.
+    """Return ``(view, fig, state)``: an N slider (1, 2, 4, .. 2**max_log2_n) adding points to Tiled-CSL's
+    speedup over dense vs N (``state.controls["N"]``).
 
     Each move times the dense baseline (:func:`labkit.spmm.lab.dense_for` N and `roof`: dense bf16,
     or dense fp32 for N >= 2 where the machine's bf16 GEMM is the slower) against the Tiled-CSL
@@ -257,11 +258,11 @@ def n_explorer(shape: tuple[int, int], sparsity: float = 0.8, max_log2_n: int = 
                     marker={"size": 10, "color": _KERNEL_STYLE["tiled_csl_sparse"][0]})
     fig.add_scatter(x=[1, 2 ** max_log2_n], y=[1, 1], mode="lines", name="dense (1.0x)", line=dict(dash="dot"))
     seen: dict[int, dict] = {}
-    slider = W.IntSlider(value=0, min=0, max=max_log2_n, description="log2 N",
-                         style={"description_width": "initial"})
+    slider = W.SelectionSlider(options=[2 ** i for i in range(max_log2_n + 1)], value=1,
+                               description="N (batch)", style={"description_width": "initial"})
 
     def update(f, v):
-        n = 2 ** v["log2 N"]
+        n = int(v["N"])
         dense = lab.dense_for(n, roof)
         c = lab.compare_once(w, enc, n, repeats=repeats, kernels=("sparse",), dense=dense,
                              min_sample_s=min_sample_s)
@@ -281,7 +282,7 @@ def n_explorer(shape: tuple[int, int], sparsity: float = 0.8, max_log2_n: int = 
         return LiveTable(rows, f"{shape[0]}x{shape[1]}, {sparsity:.0%} sparse: Tiled-CSL vs dense by N "
                                "(median [95% interval])", {k: dict(d) for k, d in seen.items()})
 
-    return slider_plot({"log2 N": slider}, update, fig, title="Batch size N vs speedup (the crossover)")
+    return slider_plot({"N": slider}, update, fig, title="Batch size N vs speedup (the crossover)")
 
 
 def _dense_ahead(seen: dict[int, Spread]) -> str:

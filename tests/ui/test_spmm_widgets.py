@@ -54,12 +54,12 @@ def fake_timings(monkeypatch):
 def test_n_explorer_does_not_say_dense_wins_from_n_when_a_larger_n_loses_again(fake_timings):
     view, fig, state = ui.n_explorer((64, 64), max_log2_n=6)
     assert "dense ahead" not in fig.layout.title.text
-    state.controls["log2 N"].value = 2
+    state.controls["N"].value = 4
     assert fig.layout.title.text.endswith("dense ahead from N=4 on, among the N tried")
-    state.controls["log2 N"].value = 4     # sparse leads again at N=16
+    state.controls["N"].value = 16     # sparse leads again at N=16
     title = fig.layout.title.text
     assert "from N=4" not in title and title.endswith("dense ahead at N=4 only, among the N tried")
-    state.controls["log2 N"].value = 6
+    state.controls["N"].value = 64
     assert fig.layout.title.text.endswith("dense ahead at N=4, 64 only, among the N tried")
     assert list(fig.data[0].x) == [1, 4, 16, 64]
     assert [round(y, 6) for y in fig.data[0].y] == [1.5, 0.5, 1.3, 0.4]
@@ -67,7 +67,7 @@ def test_n_explorer_does_not_say_dense_wins_from_n_when_a_larger_n_loses_again(f
 
 def test_n_explorer_shows_the_interval_and_marks_noise(fake_timings):
     view, fig, state = ui.n_explorer((64, 64), max_log2_n=6)
-    state.controls["log2 N"].value = 1          # N=2: per-round speedups 0.77..1.43 around 1.0
+    state.controls["N"].value = 2          # N=2: per-round speedups 0.77..1.43 around 1.0
     tr = fig.data[0]
     assert list(tr.text) == ["1.50x", "within noise"]
     assert tr.error_y.array[1] > 0.1 and tr.error_y.arrayminus[1] > 0.1
@@ -83,11 +83,11 @@ def test_n_explorer_shows_the_interval_and_marks_noise(fake_timings):
 def test_n_explorer_races_fp32_where_bf16_gemm_is_slow(fake_timings):
     slow_bf16 = {"gemm_bf16_GFLOPs": 1.0, "gemm_fp32_GFLOPs": 50.0}
     view, fig, state = ui.n_explorer((64, 64), max_log2_n=6, roof=slow_bf16)
-    state.controls["log2 N"].value = 2
+    state.controls["N"].value = 4
     assert fake_timings == [(1, "dense_bf16"), (4, "dense_fp32")]
     assert [r["dense"] for r in state.result.rows] == ["dense bf16", "dense fp32"]
     assert "vs dense fp32" in fig.layout.title.text
-    assert state.controls["log2 N"].style.description_width == "initial"
+    assert state.controls["N"].style.description_width == "initial"
 
 
 def test_dense_for():
