@@ -78,7 +78,8 @@ def test_simulator_explorer_rejects_bad_settings(kw, match):
 
 
 def test_lab_settings_name_each_profile():
-    assert lab_settings("lab")["dataset"] == "ci" and 0 < lab_settings("lab")["step_share"] < 1 and lab_settings("lab")["rounds"] >= 5
+    lab = lab_settings("lab")
+    assert lab["dataset"] == "ci" and 0 < lab["step_share"] < 1 and lab["rounds"] >= 5
     assert lab_settings("large") == lab_settings("small")
     with pytest.raises(ValueError, match="PROFILE="):
         lab_settings("huge")
@@ -127,7 +128,8 @@ def test_live_panel_shows_before_start_and_every_control_works(image_prog, no_le
         assert not panel.running and not panel.dash.running and not panel.start_button.disabled
         s = panel.summary_dict()
         assert s["worker deaths"] == 1 and s["batches lost"] == 0 and s["batches trained"] >= n + 3
-        assert "Stopped" in panel.status.value and sum(panel.bars.data[0].y) >= s["delivered"]  # made, some ahead of use
+        # The bars count batches made, some of them ahead of use.
+        assert "Stopped" in panel.status.value and sum(panel.bars.data[0].y) >= s["delivered"]
         assert [r["measure"] for r in panel.summary().rows][-1] == "batches lost"
         shapes = len(panel.dash.fig.layout.shapes)
         assert shapes >= 4  # start, budget, kill and stop marked on the dashboard
