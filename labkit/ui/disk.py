@@ -270,7 +270,8 @@ def tuner_figure(curve: list[dict], measured: dict | None = None, tuned: float |
         fig.add_vline(x=tuned, line_dash="dash", annotation_text=f"tuned {tuned:g}")
     fig.update_layout(xaxis_title="share of cache budget given to topology",
                       yaxis_title="seconds per mini-batch", yaxis_rangemode="tozero", height=360,
-                      margin=dict(t=60, l=60, r=20, b=50), title="Tuner: predicted vs measured" + (f" (tuned split {tuned:g})" if tuned is not None else ""))
+                      margin=dict(t=60, l=60, r=20, b=50),
+                      title="Tuner: predicted vs measured" + (f" (tuned split {tuned:g})" if tuned is not None else ""))
     return fig
 
 
