@@ -610,6 +610,22 @@ _CHILD_ENV = "LABKIT_REPRODUCE_CHILD"
 _STOP_EXIT = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}
 
 
+#: Code that an exception must not interrupt half-way: multiprocessing's finalizers and its
+#: resource tracker's bookkeeping (each pairs an unlink with an unregister).
+_CLEANUP_FILES = (os.sep + os.path.join("multiprocessing", "util.py"),
+                  os.sep + os.path.join("multiprocessing", "synchronize.py"),
+                  os.sep + os.path.join("multiprocessing", "resource_tracker.py"))
+
+
+def _in_cleanup(frame) -> bool:
+    """Return True if `frame` or a caller runs multiprocessing's clean-up code."""
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(_CLEANUP_FILES):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class _StopSignals:
     """Turn SIGINT, SIGTERM and SIGHUP into `Interrupted` in the main thread, for one command.
 
@@ -688,6 +704,13 @@ class _StopSignals:
     @staticmethod
     def _raise(signum, frame) -> None:
         from labkit.core.bench import STOP_SIGNALS, Interrupted
+        if _in_cleanup(frame):
+            # Raised here, the exception would cut a clean-up in two (a semaphore unlinked but not
+            # unregistered: the resource tracker then reports it leaked): try again in a moment.
+            import _thread
+            import threading
+            threading.Timer(0.02, _thread.interrupt_main, (signum,)).start()
+            return
         if not STOP_SIGNALS:
             _quiet_teardown()
         STOP_SIGNALS.append(signum)
