@@ -164,22 +164,41 @@ FIGURES_JS = r"""(el) => {
     const digest = JSON.stringify(data.map(t => keys.map(k => col(t[k]))));
     const points = Math.max(0, ...data.map(t => Math.max(...keys.map(k => len(t[k])))));
     const title = (g.querySelector('.gtitle') || {}).textContent || '';
-    return {digest: digest, points: points, traces: data.length, title: title};
+    const cell = g.closest('.jp-Cell');
+    const where = cell ? 'code cell ' + Array.from(panel.querySelectorAll('.jp-CodeCell')).indexOf(cell) : '?';
+    const kinds = data.map(t => (t.type || 'scatter') + ':' + keys.filter(k => t[k] != null)
+                               .map(k => k + '=' + len(t[k])).join(',')).join(' ');
+    return {digest: digest, points: points, traces: data.length, title: title,
+            name: (title || 'untitled figure') + ' (' + where + '; traces ' + (kinds || 'none') + ')'};
   });
 }"""
 
 
 def _wait_kernel(page, name: str) -> None:
     """Wait until the notebook's kernel is idle; a fresh lab may first ask which kernel to start: take python3."""
-    select = page.get_by_role("button", name="Select", exact=True)
     idle = page.locator(f"{PANEL} .jp-Notebook-ExecutionIndicator[data-status='idle']")
-    deadline = time.time() + START_S
-    while idle.count() == 0:
-        if select.count() and select.first.is_visible():
-            select.first.click()
+    deadline, calm = time.time() + START_S, 0
+    while calm < 4:  # idle, and no dialog, for 2 s: the dialog may come after the indicator reads idle
+        if _accept_kernel_dialog(page):
+            calm = 0
+        calm = calm + 1 if idle.count() else 0
         if time.time() > deadline:
             raise AssertionError(f"{name}: its kernel was not idle within {START_S} s of opening it")
         time.sleep(0.5)
+
+
+def _accept_kernel_dialog(page) -> bool:
+    """Click "Select" on a "Select Kernel" dialog if one is up (it blocks Run All); True if it was."""
+    select = page.locator(".jp-Dialog").get_by_role("button", name="Select", exact=True)
+    if select.count() and select.first.is_visible():
+        select.first.click()
+        return True
+    return False
+
+
+def _run_all(page) -> None:
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
 
 
 def _wait_run_all(page, name: str) -> None:
@@ -190,6 +209,9 @@ def _wait_run_all(page, name: str) -> None:
         if s["errors"]:
             raise AssertionError(f"{name}: a cell raised:\n{s['errors'][0][-4000:]}")
         started = started or s["busy"] > 0 or s["done"] > 0
+        if not started and _accept_kernel_dialog(page):
+            time.sleep(2)
+            _run_all(page)  # the dialog swallowed the first Run All
         if started and s["busy"] == 0 and s["kernel"] == "idle":
             if s["done"] == s["cells"]:
                 return
@@ -206,7 +228,7 @@ def _wait_run_all(page, name: str) -> None:
 
 def _check_figures(page, name: str, when: str) -> list[dict]:
     figs = page.evaluate(FIGURES_JS, None)
-    blank = [f["title"] or f"figure {i}" for i, f in enumerate(figs) if f["traces"] == 0 or f["points"] == 0]
+    blank = [f["name"] for f in figs if f["traces"] == 0 or f["points"] == 0]
     assert not blank, f"{name}: blank figure(s) {when}: {blank}"
     bad = [f["title"] for f in figs if f["title"].startswith("error:")]
     assert not bad, f"{name}: a slider update failed {when}: {bad[0]}"
@@ -214,11 +236,16 @@ def _check_figures(page, name: str, when: str) -> list[dict]:
 
 
 def _move_sliders(page, name: str) -> int:
-    """Move each slider handle one keyboard step; each move must change a figure's data. Returns the count."""
+    """Move each enabled slider handle one keyboard step; each move must change a figure's data.
+
+    Returns how many handles were moved.
+    """
     handles = page.locator(f"{PANEL} .jp-OutputArea-output .widget-slider .noUi-handle")
-    n = handles.count()
+    n, moved = handles.count(), 0
     for i in range(n):
         h = handles.nth(i)
+        if h.evaluate("e => !!e.closest('[disabled]')"):
+            continue  # a disabled slider cannot be moved (a student cannot either)
         h.scroll_into_view_if_needed()
         label = h.evaluate("e => { const w = e.closest('.widget-slider'); const d = w && w.querySelector("
                            "'.widget-label'); return d ? d.textContent : ''; }") or f"slider {i + 1}"
@@ -243,7 +270,8 @@ def _move_sliders(page, name: str) -> int:
                 raise AssertionError(f"{name}: moving slider {label!r} one step changed no figure's data in "
                                      f"{scope} within {SLIDER_S} s (kernel {s['kernel']})")
         _check_figures(page, name, f"after moving slider {label!r}")
-    return n
+        moved += 1
+    return moved
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -256,8 +284,7 @@ def test_notebook_runs_in_jupyterlab_and_every_slider_redraws(path, jupyter_lab,
         page.goto(f"{base}/lab/workspaces/{path.stem}/tree/{path.name}?reset&token={token}", timeout=90_000)
         page.wait_for_selector(f"{PANEL} .jp-Cell", timeout=90_000)
         _wait_kernel(page, path.name)
-        page.get_by_role("menuitem", name="Run", exact=True).click()
-        page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+        _run_all(page)
         _wait_run_all(page, path.name)
         _check_figures(page, path.name, "after Run All")
         moved = _move_sliders(page, path.name)
