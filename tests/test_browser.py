@@ -254,6 +254,17 @@ def _move_sliders(page, name: str) -> int:
         scope = "its cell" if local else "the page"
         before = [f["digest"] for f in (local or page.evaluate(FIGURES_JS, None))]
         assert before, f"{name}: slider {label!r} moves, but the page has no plotly figure"
+        # A live panel's slider acts on a running job: press its start button first, as its status
+        # line tells a student to, and its stop button once the move has shown.
+        out = h.locator("xpath=ancestor::div[contains(@class, 'jp-OutputArea-output')][1]")
+        start = out.locator("button:not([disabled])", has_text=re.compile(r"^\s*start", re.I))
+        stop = out.locator("button", has_text=re.compile(r"^\s*stop", re.I))
+        pressed = start.count() > 0
+        if pressed:
+            start.first.click()
+            stop.first.wait_for(state="visible", timeout=30_000)
+            page.wait_for_function("(b) => !b.disabled", arg=stop.first.element_handle(), timeout=60_000)
+            before = [f["digest"] for f in (h.evaluate(FIGURES_JS) if local else page.evaluate(FIGURES_JS, None))]
         h.focus()
         page.keyboard.press("ArrowLeft" if now >= top else "ArrowRight")
         deadline = time.time() + SLIDER_S
@@ -269,6 +280,9 @@ def _move_sliders(page, name: str) -> int:
             if time.time() > deadline:
                 raise AssertionError(f"{name}: moving slider {label!r} one step changed no figure's data in "
                                      f"{scope} within {SLIDER_S} s (kernel {s['kernel']})")
+        if pressed:
+            stop.first.click()
+            page.wait_for_function("(b) => b.disabled", arg=stop.first.element_handle(), timeout=60_000)
         _check_figures(page, name, f"after moving slider {label!r}")
         moved += 1
     return moved
