@@ -235,56 +235,83 @@ def _check_figures(page, name: str, when: str) -> list[dict]:
     return figs
 
 
-def _move_sliders(page, name: str) -> int:
-    """Move each enabled slider handle one keyboard step; each move must change a figure's data.
+def _wait_changed(page, name: str, what: str, el, local: bool, before: list) -> None:
+    """Wait until a figure's data (in `el`'s cell when it has one, else on the page) differs from `before`."""
+    scope = "its cell" if local else "the page"
+    deadline = time.time() + SLIDER_S
+    while True:
+        time.sleep(0.5)
+        s = page.evaluate(STATUS_JS)
+        if s["errors"]:
+            raise AssertionError(f"{name}: {what} raised:\n{s['errors'][0][-4000:]}")
+        figs = el.evaluate(FIGURES_JS) if local else page.evaluate(FIGURES_JS, None)
+        if [f["digest"] for f in figs] != before and s["kernel"] == "idle":
+            return
+        if time.time() > deadline:
+            raise AssertionError(f"{name}: {what} changed no figure's data in {scope} within {SLIDER_S} s "
+                                 f"(kernel {s['kernel']})")
 
-    Returns how many handles were moved.
-    """
-    handles = page.locator(f"{PANEL} .jp-OutputArea-output .widget-slider .noUi-handle")
-    n, moved = handles.count(), 0
-    for i in range(n):
-        h = handles.nth(i)
-        if h.evaluate("e => !!e.closest('[disabled]')"):
-            continue  # a disabled slider cannot be moved (a student cannot either)
-        h.scroll_into_view_if_needed()
-        label = h.evaluate("e => { const w = e.closest('.widget-slider'); const d = w && w.querySelector("
-                           "'.widget-label'); return d ? d.textContent : ''; }") or f"slider {i + 1}"
-        now, top = (float(h.get_attribute(a) or 0) for a in ("aria-valuenow", "aria-valuemax"))
-        local = h.evaluate(FIGURES_JS)
-        scope = "its cell" if local else "the page"
-        before = [f["digest"] for f in (local or page.evaluate(FIGURES_JS, None))]
-        assert before, f"{name}: slider {label!r} moves, but the page has no plotly figure"
-        # A live panel's slider acts on a running job: press its start button first, as its status
-        # line tells a student to, and its stop button once the move has shown.
-        out = h.locator("xpath=ancestor::div[contains(@class, 'jp-OutputArea-output')][1]")
-        start = out.locator("button:not([disabled])", has_text=re.compile(r"^\s*start", re.I))
-        stop = out.locator("button", has_text=re.compile(r"^\s*stop", re.I))
-        pressed = start.count() > 0
-        if pressed:
-            start.first.click()
-            stop.first.wait_for(state="visible", timeout=30_000)
-            page.wait_for_function("(b) => !b.disabled", arg=stop.first.element_handle(), timeout=60_000)
-            before = [f["digest"] for f in (h.evaluate(FIGURES_JS) if local else page.evaluate(FIGURES_JS, None))]
-        h.focus()
+
+#: The controls a student moves, and how the test moves each one step.
+CONTROLS = {
+    "slider": ".widget-slider .noUi-handle",
+    "checkbox": ".widget-checkbox input[type=checkbox]",
+    "dropdown": ".widget-dropdown select",
+}
+
+
+def _label(el) -> str:
+    return el.evaluate("e => { const w = e.closest('.widget-inline-hbox, .widget-slider, .widget-checkbox, "
+                       ".widget-dropdown'); const d = w && w.querySelector('.widget-label, label'); "
+                       "return d ? d.textContent.trim() : ''; }")
+
+
+def _move(page, kind: str, el) -> None:
+    """Move one control one step, as a student would: an arrow key, a click, the next option."""
+    if kind == "slider":
+        now, top = (float(el.get_attribute(a) or 0) for a in ("aria-valuenow", "aria-valuemax"))
+        el.focus()
         page.keyboard.press("ArrowLeft" if now >= top else "ArrowRight")
-        deadline = time.time() + SLIDER_S
-        while True:
-            time.sleep(0.5)
-            s = page.evaluate(STATUS_JS)
-            if s["errors"]:
-                raise AssertionError(f"{name}: moving slider {label!r} raised:\n{s['errors'][0][-4000:]}")
-            figs = h.evaluate(FIGURES_JS) if local else page.evaluate(FIGURES_JS, None)
-            changed = [f["digest"] for f in figs] != before
-            if changed and s["kernel"] == "idle":
-                break
-            if time.time() > deadline:
-                raise AssertionError(f"{name}: moving slider {label!r} one step changed no figure's data in "
-                                     f"{scope} within {SLIDER_S} s (kernel {s['kernel']})")
-        if pressed:
-            stop.first.click()
-            page.wait_for_function("(b) => b.disabled", arg=stop.first.element_handle(), timeout=60_000)
-        _check_figures(page, name, f"after moving slider {label!r}")
-        moved += 1
+    elif kind == "checkbox":
+        el.click()
+    else:
+        options = el.evaluate("e => Array.from(e.options).map(o => o.value)")
+        current = el.evaluate("e => e.value")
+        el.select_option(options[(options.index(current) + 1) % len(options)])
+
+
+def _move_sliders(page, name: str) -> dict[str, int]:
+    """Move each enabled control (slider, checkbox, dropdown) one step; each move must change a
+    figure's data. Returns how many controls of each kind were moved."""
+    moved = dict.fromkeys(CONTROLS, 0)
+    for kind, selector in CONTROLS.items():
+        controls = page.locator(f"{PANEL} .jp-OutputArea-output {selector}")
+        for i in range(controls.count()):
+            h = controls.nth(i)
+            if h.evaluate("e => !!e.closest('[disabled]') || !!e.disabled"):
+                continue  # a disabled control cannot be moved (a student cannot either)
+            h.scroll_into_view_if_needed()
+            what = f"moving {kind} {_label(h) or i + 1!r}"
+            local = bool(h.evaluate(FIGURES_JS))
+            figures = (lambda h=h, local=local: h.evaluate(FIGURES_JS) if local else page.evaluate(FIGURES_JS, None))
+            assert figures(), f"{name}: {what}, but the page has no plotly figure"
+            # A live panel's controls act on a running job: press its start button first, as its
+            # status line tells a student to, and its stop button once the move has shown.
+            out = h.locator("xpath=ancestor::div[contains(@class, 'jp-OutputArea-output')][1]")
+            start = out.locator("button:not([disabled])", has_text=re.compile(r"^\s*start", re.I))
+            stop = out.locator("button", has_text=re.compile(r"^\s*stop", re.I))
+            pressed = start.count() > 0
+            if pressed:
+                start.first.click()
+                page.wait_for_function("(b) => !b.disabled", arg=stop.first.element_handle(), timeout=60_000)
+            before = [f["digest"] for f in figures()]
+            _move(page, kind, h)
+            _wait_changed(page, name, what, h, local, before)
+            if pressed:
+                stop.first.click()
+                page.wait_for_function("(b) => b.disabled", arg=stop.first.element_handle(), timeout=60_000)
+            _check_figures(page, name, f"after {what}")
+            moved[kind] += 1
     return moved
 
 
@@ -302,8 +329,11 @@ def test_notebook_runs_in_jupyterlab_and_every_slider_redraws(path, jupyter_lab,
         _wait_run_all(page, path.name)
         _check_figures(page, path.name, "after Run All")
         moved = _move_sliders(page, path.name)
+        # what each notebook shows a student (so a selector that finds nothing cannot pass silently)
+        least = {"00_tour.ipynb": {"slider": 1}, "02_aligraph.ipynb": {"slider": 2, "dropdown": 1},
+                 "05_picasso.ipynb": {"slider": 2, "checkbox": 3}}.get(path.name, {"slider": 1})
+        assert all(moved[k] >= n for k, n in least.items()), (moved, least)
         if path.name == "00_tour.ipynb":
-            assert moved >= 1, "the tour shows a slider"
             # the dashboard drew a line, not a dot or two
             figs = page.evaluate(FIGURES_JS, None)
             assert max(f["points"] for f in figs) >= 10, figs
