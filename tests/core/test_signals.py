@@ -8,6 +8,7 @@ deadline for a loaded machine, never a fixed sleep.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -106,6 +107,28 @@ def _wait_until(cond, what: str, deadline_s: float = 300.0):
         time.sleep(0.05)
 
 
+_GONE = re.compile(r"UserWarning: resource_tracker: '(/mp-[^']+)': \[Errno 2\] No such file or directory")
+_LEAKED = re.compile(r"UserWarning: resource_tracker: There appear to be (\d+) leaked semaphore")
+
+
+def _stderr_lines(rest: str) -> list[str]:
+    """`rest`'s non-blank lines, less the resource tracker's reports of semaphores that were already gone.
+
+    Under heavy load a Dask worker stopped by its nanny can be cut between unlinking a semaphore and
+    telling the tracker, which then reports it "leaked" and finds no such file: nothing is left
+    behind. Every leaked semaphore it reports must be such a one; a real leak (a semaphore still
+    there, which the tracker then removes) keeps its lines and fails the test.
+    """
+    lines = [ln for ln in rest.splitlines() if ln.strip()]
+    gone = [i for i, ln in enumerate(lines) if _GONE.search(ln)]
+    leaked = [i for i, ln in enumerate(lines) if _LEAKED.search(ln)]
+    if not leaked or sum(int(_LEAKED.search(lines[i]).group(1)) for i in leaked) != len(gone):
+        return lines
+    drop = {j for i in gone + leaked for j in (i, i + 1)
+            if j == i or (j < len(lines) and lines[j].lstrip().startswith("warnings.warn("))}
+    return [ln for i, ln in enumerate(lines) if i not in drop]
+
+
 def _read_until(proc, marker: str, lines: list[str], deadline_s: float = 600.0) -> None:
     """Read `proc`'s stderr into `lines` until a line holds `marker` (the test's event)."""
     end = time.monotonic() + deadline_s
@@ -143,8 +166,8 @@ def test_sigterm_to_reproduce_stops_its_child_bench_and_leaves_nothing(data_root
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
     assert p.returncode == 143, rest
-    assert rest.strip().splitlines() == ["labkit: interrupted (SIGTERM); stopped and cleaned up"], rest
-    assert "leaked semaphore" not in rest and "Traceback" not in rest
+    assert _stderr_lines(rest) == ["labkit: interrupted (SIGTERM); stopped and cleaned up"], rest
+    assert "Traceback" not in rest
     _wait_until(lambda: not _running(tree), f"the end of every process of the tree {tree}", 60)
     assert not [n for n in os.listdir(tmp) if n.startswith("labkit-reproduce-")]
 
@@ -176,10 +199,10 @@ def test_ctrl_c_during_bench_graph_is_one_line_and_exit_130(data_root, point):
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
-    after = [ln for ln in rest.splitlines() if ln.strip()]
+    after = _stderr_lines(rest)
     assert p.returncode == 130, rest
     assert len(after) <= 2 and after[-1] == "labkit: interrupted (SIGINT); stopped and cleaned up", rest
-    assert "Traceback" not in rest and "leaked semaphore" not in rest and out == ""
+    assert "Traceback" not in rest and not any("leaked semaphore" in ln for ln in after) and out == ""
     _wait_until(lambda: not _running(tree), f"the end of every process of the tree {tree}", 60)
 
 
