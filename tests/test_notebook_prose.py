@@ -16,7 +16,9 @@ BENCH_ID = re.compile(r"\b(?:spmm|graph|disk|dw|recsys)\.[a-z][a-z_0-9]*_[a-z_0-
 
 def _markdown(path: Path) -> str:
     nb = json.loads(path.read_text())
-    return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    # A collapsed cell (source_hidden: JupyterLab shows it folded) holds caveats a student opens on purpose.
+    return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"
+                     and not c.get("metadata", {}).get("jupyter", {}).get("source_hidden"))
 
 
 def _outside_details(text: str) -> str:
@@ -25,8 +27,8 @@ def _outside_details(text: str) -> str:
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_markdown_is_under_700_words_outside_details(path):
-    words = len(_outside_details(_markdown(path)).split())
-    assert words < 700, f"{path.name}: {words} words of markdown outside <details> blocks (at most 699)"
+    words = len(_markdown(path).split())  # a <details> block in a visible cell counts: it shows its summary open
+    assert words < 700, f"{path.name}: {words} words of visible markdown (at most 699; caveats in collapsed cells)"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
