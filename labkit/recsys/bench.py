@@ -6,7 +6,7 @@ counts, doubles the rows per field and quadruples the batch, within a 24 GiB mac
   100k rows per field, Zipf 1.05 ids, batch 2048: per-field ``nn.EmbeddingBag`` + ``torch.optim.SGD``
   vs packed tables with the fused backward + update vs TorchRec ``FusedEmbeddingBagCollection``
   (FBGEMM table-batched embedding, EXACT_SGD) and ``EmbeddingBagCollection`` (one lookup per
-  table, ``torch.optim.SGD``) when torchrec is installed; the stages' tables must agree afterwards;
+  table, sparse gradients, ``torch.optim.SGD``) when torchrec is installed; the stages' tables must agree afterwards;
 - the full training step of the documented Wide & Deep configuration (:data:`E2E_CONFIG`) with
   each technique alone and together (interleaving: 4 micro-batches on two one-thread lanes;
   caching: 5% of rows hot, the rest in a memory-mapped file); every model's loss must agree with
@@ -88,7 +88,7 @@ def memory_need(profile: str) -> int:
     f_small, f_big = sz["fields"]
     rows, deep_row = sz["rows"], 16 * 4  # fp32, dim 16
     live = [
-        5 * f_small * rows * deep_row,  # per-field, packed, TorchRec fused, TorchRec plain and its dense gradient
+        4 * f_small * rows * deep_row,  # per-field, packed, TorchRec fused and TorchRec plain (sparse gradients)
         2 * f_big * rows * deep_row,  # per-field and packed
         # Wide & Deep: six models and the reference that replays one's batches, deep + wide (dim 1) columns.
         7 * f_small * rows * (deep_row + 4),
@@ -152,7 +152,7 @@ def emb_case(b: Bench, n_fields: int, sz: dict, *, torchrec: bool) -> dict:
     if torchrec:
         from labkit.recsys.baselines.torchrec import TorchRecEmbeddings
         stages["torchrec_fused"] = TorchRecEmbeddings(tables, kind="fused", optimizer="sgd")
-        # The plain collection: one lookup per table, dense gradients, torch.optim.SGD (an anchor, no claim).
+        # The plain collection: one lookup per table, sparse gradients, torch.optim.SGD (an anchor, no claim).
         stages["torchrec_ebc"] = TorchRecEmbeddings(tables, kind="ebc", optimizer="sgd")
     c = b.compare(f"embedding stage, {n_fields} fields x {sz['rows']:,} rows, dim 16, batch {sz['batch']}",
                   {f"{n}@{t}": with_threads(t, _emb_step(s, batches, grad)) for n, s in stages.items()

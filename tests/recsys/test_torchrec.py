@@ -82,3 +82,33 @@ def test_torchrec_stage_matches_packed_for_every_optimizer(kind, optimizer, pool
                                    err_msg=f"{kind} {optimizer} table {i}")
         moved += int((np.abs(w_pk - init_table(i, tables[i], 0)) > 1e-3).any(axis=1).sum())
     assert moved > 0
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
+def test_the_plain_collection_trains_with_sparse_gradients_as_its_users_do(optimizer):
+    # A dense gradient would make the anchor write every row of every table each step (issue 29, item 8):
+    # the collection's bags must hand the optimizer sparse gradients holding only the looked-up rows.
+    specs = make_fields(3, cardinality=1000, dims=4)
+    tables = tables_for(specs)
+    tr = trec.TorchRecEmbeddings(tables, kind="ebc", optimizer=optimizer, lr=0.1)
+    b = SyntheticCTR(specs, seed=0).batch(8, 0)
+    e = tr.lookup(b)
+    e.backward(torch.ones_like(e))
+    weights = [tr.module.embedding_bags[t.name].weight for t in tables]
+    for w in weights:
+        assert w.grad is not None and w.grad.is_sparse
+        assert w.grad.coalesce().indices().shape[1] <= 8  # at most a row per sample, of 1000
+    tr.opt.step()  # the optimizer takes them (SGD and Adagrad both accept sparse gradients)
+    tr.opt.zero_grad(set_to_none=True)
+    assert isinstance(tr.opt, torch.optim.SGD if optimizer == "sgd" else torch.optim.Adagrad)
+
+
+def test_the_fused_collection_keeps_no_gradient_its_optimizer_runs_in_the_backward():
+    specs = make_fields(2, cardinality=100, dims=4)
+    tables = tables_for(specs)
+    tr = trec.TorchRecEmbeddings(tables, kind="fused", optimizer="sgd", lr=0.1)
+    b = SyntheticCTR(specs, seed=0).batch(8, 0)
+    before = tr.table_weights(0)
+    tr.apply(b, tr.lookup(b), torch.ones(8, tr.width))
+    assert all(p.grad is None for p in tr.module.parameters())
+    assert not np.allclose(tr.table_weights(0), before)  # and yet it trained

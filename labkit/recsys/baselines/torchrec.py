@@ -1,7 +1,12 @@
 """TorchRec anchors: ``EmbeddingBagCollection`` (one lookup per table) and ``FusedEmbeddingBagCollection``.
 
 FusedEmbeddingBagCollection is FBGEMM's table-batched embedding: one kernel for all tables of a
-pooling type and the optimizer fused into the backward. Both take the same :class:`JaggedBatch`
+pooling type and the optimizer fused into the backward (no gradient tensor at all). The plain
+``EmbeddingBagCollection`` is trained as its users train embedding tables outside a sharder: with
+sparse gradients (each table's ``nn.EmbeddingBag`` in sparse mode, so a step's gradient holds only
+the rows it looked up) and a sparse-capable ``torch.optim`` optimizer (SGD or Adagrad). TorchRec's
+``EmbeddingBagConfig`` has no sparse switch, so the anchor sets ``sparse=True`` on the bags the
+collection builds; a dense gradient would make it write every row of every table each step. Both take the same :class:`JaggedBatch`
 and the same seeded initial rows as labkit's stages, and expose the same ``lookup`` / ``apply``
 pair, so the bench times them side by side. TorchRec is optional: :func:`available` says whether
 it imports (install with ``pip install --no-deps -r requirements-nodeps.txt``).
@@ -91,6 +96,8 @@ class TorchRecEmbeddings:
             self.opt = None
         else:
             self.module = EmbeddingBagCollection(tables=cfgs, device=torch.device("cpu"))
+            for bag in self.module.embedding_bags.values():
+                bag.sparse = True  # what nn.EmbeddingBag(..., sparse=True) sets; read on every forward
             self.opt = (torch.optim.SGD(self.module.parameters(), lr=lr) if optimizer == "sgd" else
                         torch.optim.Adagrad(self.module.parameters(), lr=lr, eps=eps))
         with torch.no_grad():
