@@ -262,22 +262,25 @@ def build_parser() -> argparse.ArgumentParser:
                 "  labkit bench spmm --profile small\n"
                 "  labkit bench disk --profile small --json disk.json --record\n")
     b.add_argument("system", help=f"one of {systems}").accepted = _system_choices()
-    _report_options(b, "the report", "the tables into MD (default ./BENCHMARKS.md, in the current folder); "
-                    "only this system's section of the file is replaced")
+    _report_options(b, "the report", "this run's JSON record into records/ beside MD (default ./BENCHMARKS.md, "
+                    "in the current folder; the system's previous record at this profile is replaced) and "
+                    "render MD from every record there")
     b.add_argument("--quiet", action="store_true", help="no progress lines or bars")
 
     r = command("reproduce", "every system's bench and one claims table",
                 f"Run every system's bench (each in a fresh process, one after another) and print one "
-                f"claims table: measured value, target, pass or miss. Systems: {systems}. The table goes "
+                f"claims table: measured value with its 95% interval, target, and a verdict (pass, miss, or "
+                f"inconclusive when the interval straddles the target); modelled claims (outputs of a "
+                f"simulator) in their own block, outside the pass count. Systems: {systems}. The table goes "
                 f"to stdout, each bench's progress lines to stderr. Exit 0 when every bench ran (misses "
                 f"included); 1 when a bench failed (its claims read 'bench failed', the others are "
                 f"still reported); 2 on bad input, or when --json had to be saved under another name.",
                 "  labkit reproduce --profile ci\n"
                 "  labkit reproduce --profile small --record\n"
                 "  labkit reproduce --profile small --only graph,disk --json claims.json\n")
-    _report_options(r, "all reports", "the claims table and every system's tables into MD (default "
-                    "./BENCHMARKS.md, in the current folder); only the harness's own sections are replaced, and "
-                    "with --only the claims table keeps the recorded rows of the systems not run")
+    _report_options(r, "all reports", "each system's JSON record into records/ beside MD (default "
+                    "./BENCHMARKS.md, in the current folder) and render MD from every record there: the claims "
+                    "table and each system's tables (with --only, the other systems' records stay as they were)")
     r.add_argument("--only", metavar="NAMES", help=f"comma-separated subset of systems ({systems})")
     r.add_argument("--quiet", action="store_true", help="no progress lines or bars")
     r.add_argument("--in-process", dest="isolate", action="store_false",
@@ -288,7 +291,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _bench(args: argparse.Namespace) -> int:
     from labkit import catalog
-    from labkit.core.bench import update_benchmarks_md
     if args.system not in catalog.NAMES:
         raise LabkitError(f"system={args.system!r} is not accepted; expected one of {', '.join(catalog.NAMES)}")
     system = catalog.load(args.system)
@@ -306,10 +308,11 @@ def _bench(args: argparse.Namespace) -> int:
     print(report.to_markdown())
     json_ok = _write_json(args, report) if args.json else True
     if args.record:
+        from labkit.core.bench import record
+        paths: list = []
         _write("--record", args.record,
-               lambda: update_benchmarks_md(args.record, f"{args.system}:{args.profile}", report.to_markdown(),
-                                            force=args.force, arg="--record"))
-        print(f"recorded in {args.record}", file=sys.stderr)
+               lambda: paths.extend(record(report, args.record, force=args.force, arg="--record")))
+        print(f"recorded in {paths[0] if paths else '?'}; {args.record} rendered from the records", file=sys.stderr)
     return 0 if json_ok else 2
 
 
@@ -391,7 +394,7 @@ def _stop_child(child, signum: int = signal.SIGINT, grace_s: float = 60.0) -> No
 
 def _reproduce(args: argparse.Namespace) -> int:
     from labkit import catalog
-    from labkit.core.bench import Claim, claims_markdown, update_benchmarks_md
+    from labkit.core.bench import Claim, claims_markdown, claims_summary, record
     names = list(catalog.NAMES)
     if args.only is not None:
         names = list(dict.fromkeys(n.strip() for n in args.only.split(",") if n.strip()))
@@ -428,59 +431,16 @@ def _reproduce(args: argparse.Namespace) -> int:
     table = claims_markdown(claims, owner)
     print(f"## Claims table (profile {args.profile})\n")
     print(table)
-    passed = [c.passed for c in claims]
-    print(f"\n{passed.count(True)} pass, {passed.count(False)} miss, {passed.count(None)} not measured")
+    print(f"\n{claims_summary(claims)}")
     for f in failures:
         print(f"bench failed: {f}", file=sys.stderr)
     json_ok = _write_json(args, reports) if args.json else True
-    if args.record:
-        # Every section in one locked, atomic replacement: a reader or a concurrent --record
-        # never sees the claims table of this run beside another run's system tables.
-        key, title = f"claims:{args.profile}", f"## Claims table (`labkit reproduce --profile {args.profile}`)"
-        run = [catalog.entry(n).title for n in names]
-
-        def claims_section(recorded: str | None) -> str:
-            # Called under the file's lock with the section as recorded, so a concurrent --record
-            # cannot slip rows in between this read and the write.
-            merged, kept = (table, []) if args.only is None else _merge_claims(recorded, table, run)
-            note = (f"\nThis run (`--only {','.join(names)}`) re-measured {', '.join(run)}; the rows of "
-                    f"{', '.join(kept)} are from earlier runs (see their sections).\n") if kept else ""
-            return f"{title}\n\n{merged}\n{note}"
-
-        sections = [(key, claims_section, True)]
-        sections += [(f"{rep.system}:{rep.profile}", rep.to_markdown(), False) for rep in reports]
-        _write("--record", args.record,
-               lambda: update_benchmarks_md(args.record, sections=sections, force=args.force, arg="--record"))
+    if args.record and reports:
+        # Records are written one by one (each atomically), then the file is rendered once from all
+        # of them under its lock: with --only, the other systems' records are read as they are.
+        _write("--record", args.record, lambda: record(reports, args.record, force=args.force, arg="--record"))
+        print(f"recorded {len(reports)} system(s); {args.record} rendered from the records", file=sys.stderr)
     return 2 if not json_ok else 1 if failures else 0
-
-
-def _merge_claims(recorded: str | None, table: str, run: list[str]) -> tuple[str, list[str]]:
-    """Return this run's claims `table` with the rows of the systems it did not run (titles not in
-    `run`) taken from the `recorded` claims section (None: nothing recorded), and the titles so kept.
-
-    `reproduce --only graph --record` must not drop the other systems' claims from the table.
-    """
-    from labkit import catalog
-
-    def rows(text: str) -> list[str]:
-        return [ln for ln in text.splitlines() if ln.startswith("|")][2:]
-
-    def by_title(lines: list[str]) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for ln in lines:
-            out.setdefault(ln.strip("|").split("|")[0].strip(), []).append(ln)
-        return out
-
-    old = by_title(rows(recorded or ""))
-    old = {t: r for t, r in old.items() if t not in run}
-    if not old:
-        return table, []
-    new = by_title(rows(table))
-    order = [e.title for e in catalog.CATALOG]
-    order += [t for t in [*new, *old] if t not in order]
-    head = [ln for ln in table.splitlines() if ln.startswith("|")][:2]
-    merged = [ln for t in dict.fromkeys(order) for ln in (new.get(t, []) if t in run else old.get(t, []))]
-    return "\n".join(head + merged), [t for t in dict.fromkeys(order) if t in old]
 
 
 def _data(args: argparse.Namespace) -> int:

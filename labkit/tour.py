@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.core.bench import Bench, BenchReport, Claim, read_section
+from labkit.core.bench import Bench, BenchReport, Claim
 from labkit.core.errors import check_range
 from labkit.core.metrics import ResultTable
 
@@ -82,24 +82,30 @@ def tour_report(bench: Bench) -> TourReport:
     return TourReport(**{f.name: getattr(r, f.name) for f in dataclasses.fields(r)})
 
 
-CLAIMS_KEY = "claims:small"
+PROFILE = "small"  #: the profile whose records the tour shows
 
 
 @dataclass
 class RecordedClaims:
-    """The five systems' claims table as ``labkit reproduce --profile small --record`` last wrote it."""
+    """Every system's claims as their JSON records (``labkit bench SYSTEM --profile small --record``) hold them."""
 
-    markdown: str
-    path: str
+    claims: list[Claim]
+    owner: dict[str, str]        # claim id -> system title
+    path: str                    # the records folder read
+
+    @property
+    def markdown(self) -> str:
+        from labkit.core.bench import claims_markdown
+        text = claims_markdown(self.claims, self.owner)
+        return "\n".join(ln.replace(" | miss |", " | **miss** |").replace(" | inconclusive |", " | **inconclusive** |")
+                         for ln in text.splitlines())
 
     @property
     def rows(self) -> list[dict]:
-        """One dict per claim row (system, id, claim, paper, measured, target, verdict)."""
-        lines = [ln for ln in self.markdown.splitlines() if ln.startswith("|")]
-        if len(lines) < 2:
-            return []
-        cols = [c.strip() for c in lines[0].strip("|").split("|")]
-        return [dict(zip(cols, (c.strip().strip("`*") for c in ln.strip("|").split("|")))) for ln in lines[2:]]
+        """One dict per claim (system, id, claim, paper, measured, target, verdict, kind), measured ones first."""
+        from labkit.core.bench import _fmt_claim
+        order = [c for c in self.claims if c.kind == "measured"] + [c for c in self.claims if c.kind == "modelled"]
+        return [dict(system=self.owner.get(c.id, ""), **_fmt_claim(c)) for c in order]
 
     def _repr_markdown_(self) -> str:
         return self.markdown
@@ -109,21 +115,22 @@ class RecordedClaims:
         return markdown_table_html(self.markdown)
 
     def by_system(self) -> "ResultTable":
-        """One row per system (in the table's order): how many claims passed, missed, or were not measured."""
+        """One row per system (in the lab's order): measured claims that pass, miss, are inconclusive or
+        not measured, and the modelled claims apart."""
+        from labkit.core.bench import VERDICTS
         from labkit.core.metrics import ResultTable
         counts: dict[str, dict[str, int]] = {}
-        for r in self.rows:
-            c = counts.setdefault(r.get("system", "?"), {"pass": 0, "miss": 0, "not measured": 0})
-            v = r.get("verdict", "")
-            c[v if v in c else "not measured"] += 1
+        for c in self.claims:
+            n = counts.setdefault(self.owner.get(c.id, "?"), {v: 0 for v in VERDICTS} | {"modelled": 0})
+            n["modelled" if c.kind == "modelled" else c.status] += 1
         t = ResultTable(title="claims per system, as last recorded (small profile)")
-        for system, c in counts.items():
-            t.add(system=system, claims=sum(c.values()), **c)
+        for system, n in counts.items():
+            t.add(system=system, claims=sum(n.values()), **n)
         return t
 
     def details(self) -> "Details":
         """The full table folded into a collapsed ``<details>`` block (click to open)."""
-        return Details(f"All {len(self.rows)} recorded claims", self._repr_html_())
+        return Details(f"All {len(self.claims)} recorded claims", self._repr_html_())
 
     def __str__(self) -> str:
         return self.markdown
@@ -142,18 +149,24 @@ class Details:
 
 
 def recorded_claims(path: str | None = None) -> RecordedClaims:
-    """Read the claims section of BENCHMARKS.md (the clone's, unless `path`): every system's claims in one table.
+    """Read every system's JSON record at the small profile (beside the clone's BENCHMARKS.md, or the one at
+    `path`): all claims in one table, misses and inconclusive verdicts in bold.
 
-    Misses are shown in bold. Raises ValueError when the file has no such section (run
-    ``labkit reproduce --profile small --record`` to write one).
+    Raises ValueError naming the folder when it holds no record at that profile.
     """
-    body, p = read_section(CLAIMS_KEY, path)
-    if body is None:
-        raise ValueError(f"path={p!r} has no {CLAIMS_KEY} section; expected a BENCHMARKS.md written by "
-                         "`labkit reproduce --profile small --record`")
-    lines = body.strip().splitlines()
-    lines = [ln.replace("| miss |", "| **miss** |") if ln.rstrip().endswith("| miss |") else ln for ln in lines]
-    return RecordedClaims("\n".join(lines), p)
+    from labkit.core.bench import _title, load_records, records_dir
+    from labkit import catalog
+    recs = {s: r for (s, p), r in load_records(path).items() if p == PROFILE}
+    if not recs:
+        raise ValueError(f"path={records_dir(path)!r} holds no {PROFILE}-profile record; write them with "
+                         f"`labkit reproduce --profile {PROFILE} --record`")
+    order = {n: i for i, n in enumerate(catalog.NAMES)}
+    claims, owner = [], {}
+    for s in sorted(recs, key=lambda s: (order.get(s, len(order)), s)):
+        for c in recs[s].claims:
+            claims.append(c)
+            owner[c.id] = _title(s, recs[s])
+    return RecordedClaims(claims, owner, records_dir(path))
 
 
 def busy_work(seconds: float = 2.0, n: int = 384) -> int:

@@ -64,9 +64,22 @@ def check_interrupt() -> None:
         raise Interrupted(STOP_SIGNALS[0])
 
 
+#: What a claim's number is: "measured" (timed or counted here) or "modelled" (the output of a model or
+#: simulator whose inputs the lab chose). Modelled claims get their own block, outside the pass count.
+KINDS = ("measured", "modelled")
+
+#: Verdicts a claim can have.
+VERDICTS = ("pass", "miss", "inconclusive", "not measured")
+
+
 @dataclass
 class Claim:
-    """A paper claim, the lab's target for it, and (once measured) the lab's number."""
+    """A paper claim, the lab's target for it, and (once measured) the lab's number and its 95% interval.
+
+    With an interval [low, high] the verdict is "pass" only if the whole interval clears the target,
+    "miss" if none of it does, and "inconclusive" if it straddles the target. A claim without one
+    (an exact count, a rate over a whole run, a modelled figure) is judged by its value.
+    """
 
     id: str
     claim: str
@@ -76,32 +89,58 @@ class Claim:
     op: str = ">="
     measured: float | None = None
     note: str = ""
+    kind: str = "measured"
+    low: float | None = None
+    high: float | None = None
+    rounds: int | None = None  #: how many rounds the interval rests on
 
     def __post_init__(self) -> None:
         check_choice("op", self.op, _OPS)
+        check_choice("kind", self.kind, KINDS)
+
+    def _unmeasured(self) -> bool:
+        return self.measured is None or (isinstance(self.measured, float) and math.isnan(self.measured))
+
+    @property
+    def status(self) -> str:
+        """One of VERDICTS: judged on the interval where there is one, else on the value."""
+        if self._unmeasured():
+            return "not measured"
+        if self.low is not None and self.high is not None and self.op != "==":
+            lo_ok, hi_ok = _OPS[self.op](self.low, self.target), _OPS[self.op](self.high, self.target)
+            if lo_ok and hi_ok:
+                return "pass"
+            if not lo_ok and not hi_ok:
+                return "miss"
+            return "inconclusive"
+        return "pass" if _OPS[self.op](self.measured, self.target) else "miss"
 
     @property
     def passed(self) -> bool | None:
-        """True or False once measured; None while not measured."""
-        if self.measured is None or (isinstance(self.measured, float) and math.isnan(self.measured)):
-            return None
-        return bool(_OPS[self.op](self.measured, self.target))
+        """True on a pass, False on a miss, None when inconclusive or not measured."""
+        return {"pass": True, "miss": False}.get(self.status)
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return None if self.low is None or self.high is None else (self.low, self.high)
 
     @property
     def verdict(self) -> str:
-        if self.passed is None and self.note:
+        if self.status == "not measured" and self.note:
             return self.note
-        return {True: "pass", False: "miss", None: "not measured"}[self.passed]
+        return self.status
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
         d["passed"] = self.passed
+        d["verdict"] = self.status
         return d
 
     @classmethod
     def from_json(cls, d: dict) -> "Claim":
         return cls(d["id"], d["claim"], d["paper"], d["target"], d.get("unit", "x"), d.get("op", ">="),
-                   d.get("measured"), d.get("note", ""))
+                   d.get("measured"), d.get("note", ""), d.get("kind", "measured"), d.get("low"), d.get("high"),
+                   d.get("rounds"))
 
 
 @dataclass
@@ -242,9 +281,10 @@ class BenchReport:
     notes: list[str] = field(default_factory=list)
     title: str = ""
     pid: int | None = None  #: the process that ran the bench (reproduce runs each in its own)
+    source: dict = field(default_factory=dict)  #: {"commit": hash or None, "dirty": bool or None}
 
     def to_json(self) -> dict:
-        return {"system": self.system, "profile": self.profile, "machine": self.machine,
+        return {"system": self.system, "profile": self.profile, "machine": self.machine, "source": self.source,
                 "results": self.results, "claims": [c.to_json() for c in self.claims],
                 "comparisons": [c.to_json() for c in self.comparisons],
                 "started": self.started, "seconds": self.seconds, "notes": self.notes, "title": self.title,
@@ -255,7 +295,8 @@ class BenchReport:
         """Rebuild a report from :meth:`to_json` (e.g. one a child process wrote)."""
         return cls(d["system"], d["profile"], d["machine"], d["results"],
                    [Claim.from_json(c) for c in d["claims"]], [Comparison.from_json(c) for c in d["comparisons"]],
-                   d["started"], d["seconds"], list(d.get("notes", [])), d.get("title", ""), d.get("pid"))
+                   d["started"], d["seconds"], list(d.get("notes", [])), d.get("title", ""), d.get("pid"),
+                   dict(d.get("source") or {}))
 
     def comparisons_markdown(self) -> str:
         rows = []
@@ -280,7 +321,7 @@ class BenchReport:
                 f"{(m.get('memory') or 0) / 2**30:.0f} GiB, GPU: {m.get('gpu') or 'none'})"
                 + ("" if m.get("cpu_steal") is None else
                    f"; the hypervisor stole {100 * m['cpu_steal']:.1f}% of the machine's CPU time during the run")
-                + ".\n")
+                + "." + _source_line(self.source) + "\n")
         parts = [head, "**Claims**\n", claims_markdown(self.claims)]
         if self.results:
             parts += ["\n**Results**\n", self.results_markdown()]
@@ -299,23 +340,86 @@ class BenchReport:
         return markdown_table_html(self.to_markdown())
 
 
-def claims_markdown(claims: Iterable[Claim], system_col: dict[str, str] | None = None) -> str:
-    """Render claims as one Markdown table: id, claim, paper, measured, target, verdict."""
+def _fmt_measured(c: Claim) -> str:
+    if c.measured is None:
+        return "-"
+    meas = _fmt_num(c.measured)
+    if c.interval is None and c.passed is not None and _OPS[c.op](float(meas.replace(",", "")), c.target) != c.passed:
+        meas = f"{c.measured:.5g}"  # rounding must not make a miss read like a pass
+    if c.interval is not None:
+        meas += f" [{_fmt_num(c.low)}, {_fmt_num(c.high)}]"
+    return meas
+
+
+def _claims_table(claims: list[Claim], system_col: dict[str, str] | None) -> str:
     rows = []
     for c in claims:
-        meas = "-" if c.measured is None else _fmt_num(c.measured)
-        if c.measured is not None and c.passed is not None and _OPS[c.op](float(meas.replace(",", "")), c.target) != c.passed:
-            meas = f"{c.measured:.5g}"  # rounding must not make a miss read like a pass
         tgt = "-" if c.target != c.target else f"{c.op} {_fmt_num(c.target)} {c.unit}".strip()
-        row = [f"`{c.id}`", c.claim, c.paper, meas, tgt,
+        row = [f"`{c.id}`", c.claim, c.paper, _fmt_measured(c), tgt,
                c.verdict + (f" ({c.note})" if c.note and c.note != c.verdict else "")]
         if system_col is not None:
             row.insert(0, system_col.get(c.id, ""))
         rows.append(row)
-    header = ["id", "claim", "paper", "measured", "target", "verdict"]
+    header = ["id", "claim", "paper", "measured [95% interval]", "target", "verdict"]
     if system_col is not None:
         header.insert(0, "system")
     return _table(header, rows)
+
+
+MODELLED_HEAD = ("**Modelled** (outputs of a model or simulator whose inputs the lab chose; "
+                 "not counted as passes or misses)")
+
+
+def _source_line(src: dict) -> str:
+    if not src or not src.get("commit"):
+        return ""
+    state = {True: ", with uncommitted changes", False: ""}.get(src.get("dirty"), ", state unknown")
+    return f" Code: commit `{src['commit'][:10]}`{state}."
+
+
+def source_info() -> dict:
+    """The code a bench ran: this clone's commit and whether tracked files differed from it.
+
+    Records and BENCHMARKS.md are left out of the dirty check (recording them is what a run
+    does); anything else uncommitted makes the record say so. Outside a git clone both are None.
+    """
+    import subprocess
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=30, check=True).stdout.strip()
+        st = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+                             ".", f":!{RECORDS_DIR}", ":!BENCHMARKS.md"], capture_output=True, text=True,
+                            timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit or None, "dirty": bool(st.strip())}
+
+
+def claims_markdown(claims: Iterable[Claim], system_col: dict[str, str] | None = None) -> str:
+    """Render claims as Markdown: the measured claims' table, then the modelled ones' under their own head.
+
+    The measured column reads ``1.94 [1.81, 2.07]`` where the claim has a 95% interval.
+    """
+    claims = list(claims)
+    measured = [c for c in claims if c.kind == "measured"]
+    modelled = [c for c in claims if c.kind == "modelled"]
+    out = _claims_table(measured, system_col) if measured or not modelled else ""
+    if modelled:
+        out += ("\n\n" if out else "") + MODELLED_HEAD + "\n\n" + _claims_table(modelled, system_col)
+    return out
+
+
+def claims_summary(claims: Iterable[Claim]) -> str:
+    """One line: how many measured claims pass, miss, are inconclusive or not measured; modelled apart."""
+    claims = list(claims)
+    st = [c.status for c in claims if c.kind == "measured"]
+    line = ", ".join(f"{st.count(v)} {v}" for v in VERDICTS) + " (measured claims)"
+    mod = [c.status for c in claims if c.kind == "modelled"]
+    if mod:
+        line += f"; {len(mod)} modelled ({mod.count('pass')} reach their target in the model)"
+    return line
 
 
 class Bench:
@@ -335,6 +439,8 @@ class Bench:
         self._t0 = time.perf_counter()
         self._started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
         self._ticks0 = cpu_ticks()
+        # id(comparison) -> what more_rounds needs to run it again (contenders, calls per sample, memory)
+        self._rerun: dict[int, tuple[dict, dict, bool]] = {}
 
     def log(self, msg: str) -> None:
         """Print a progress line (to stderr by default) when progress is on."""
@@ -370,6 +476,7 @@ class Bench:
             bar.close()
         comp = Comparison(case, times, peak if memory else {}, work, work_unit)
         self.comparisons.append(comp)
+        self._rerun[id(comp)] = (contenders, number, memory)
         self.log(f"{case}: " + ", ".join(f"{n} {_fmt_s(comp.median(n))}" for n in names))
         return comp
 
@@ -416,16 +523,126 @@ class Bench:
         self.results[key] = float(value)
         return float(value)
 
-    def measure(self, claim_id: str, value: float, note: str = "") -> float:
-        """Fill in the measured value of a declared claim (and record it as a result)."""
+    def measure(self, claim_id: str, value: "float | Spread", note: str = "", *,
+                interval: tuple[float, float] | None = None) -> float:
+        """Fill in the measured value of a declared claim (and record it as a result).
+
+        `value` may be a :class:`~labkit.core.spread.Spread`, whose interval then becomes the
+        claim's; or pass `interval` (low, high) with a plain value.
+        """
+        c = self._claim(claim_id)
+        rounds = None
+        if hasattr(value, "lo") and hasattr(value, "median"):
+            interval, rounds, value = (value.lo, value.hi), value.n, value.median
+        c.measured = float(value)
+        c.low, c.high = (None, None) if interval is None else (float(interval[0]), float(interval[1]))
+        c.rounds = rounds
+        if note:
+            c.note = note
+        self.record(claim_id, value)
+        return float(value)
+
+    def _claim(self, claim_id: str) -> Claim:
         if claim_id not in self.claims:
             raise KeyError(f"claim_id={claim_id!r} is not declared for {self.system}; declared: "
                            + ", ".join(self.claims))
-        self.claims[claim_id].measured = float(value)
-        if note:
-            self.claims[claim_id].note = note
-        self.record(claim_id, value)
-        return float(value)
+        return self.claims[claim_id]
+
+    def more_rounds(self, comp: Comparison, n: int) -> Comparison:
+        """Run `n` more interleaved rounds of a comparison made by :meth:`compare`, appending its times."""
+        check_range("n", n, 1, integer=True)
+        if id(comp) not in self._rerun:
+            raise bad_value("comp", comp.case, "a Comparison made by this bench's compare()")
+        contenders, number, memory = self._rerun[id(comp)]
+        names = list(contenders)
+        bar = progress_bar(n * len(names), f"[{self.system}] {comp.case} (more rounds)", self.progress,
+                           file=self.out, delay=PROGRESS_DELAY_S, leave=False, unit="call")
+        try:
+            times, peak = self._rounds(contenders, names, number, bar, n, 0, 0.0, memory)
+        finally:
+            bar.close()
+        for k in names:
+            comp.times[k].extend(times[k])
+            if memory and peak[k] is not None:
+                comp.peak_mem[k] = max(comp.peak_mem.get(k) or 0, peak[k])
+        return comp
+
+    def _settle(self, claim_id: str, compute: "Callable[[], Spread]", grow: "Callable[[], bool]") -> "Spread":
+        """Measure `claim_id` from `compute()`; while its interval straddles the target, `grow()` (more
+        rounds; returns False when the bound is reached) and measure again. Returns the final spread."""
+        sp = compute()
+        self.measure(claim_id, sp)
+        start = sp.n
+        while self.claims[claim_id].status == "inconclusive" and grow():
+            sp = compute()
+            self.measure(claim_id, sp)
+        if sp.n > start:
+            self.log(f"{claim_id}: interval straddled the target; ran to {sp.n} rounds: "
+                     f"{sp} -> {self.claims[claim_id].status}")
+        return sp
+
+    @staticmethod
+    def _round_bound(have: int, max_rounds: int | None) -> int:
+        return max(have, min(15, 3 * have) if max_rounds is None else max_rounds)
+
+    def measure_ratio(self, claim_id: str, comp: Comparison, base: str, new: str, *,
+                      max_rounds: int | None = None) -> "Spread":
+        """Measure a claim as the speedup time(base) / time(new) in `comp`, with its 95% interval.
+
+        While the interval straddles the claim's target, more interleaved rounds of `comp` run (in
+        steps of a few rounds, up to `max_rounds` in all; default three times the rounds it had, at
+        most 15); if it still straddles, the verdict is "inconclusive".
+        """
+        comp._t(base), comp._t(new)
+        bound = self._round_bound(len(comp.times[base]), max_rounds)
+
+        def grow() -> bool:
+            have = len(comp.times[base])
+            if have >= bound:
+                return False
+            self.more_rounds(comp, min(bound - have, max(2, have // 2)))
+            return True
+
+        return self._settle(claim_id, lambda: comp.spread(base, new), grow)
+
+    def measure_geomean(self, claim_id: str, cases: "list[tuple[Comparison, str, str]]", *,
+                        max_rounds: int | None = None) -> "Spread":
+        """Measure a claim as the geometric mean over `cases` ((comp, base, new) each) of the speedups,
+        bootstrapped jointly; straddling intervals get more rounds of every case, as in measure_ratio."""
+        from labkit.core.spread import geomean_spread
+        if not cases:
+            raise bad_value("cases", "[]", "at least one (comparison, base, new)")
+        bound = self._round_bound(min(len(c._t(b)) for c, b, _ in cases), max_rounds)
+
+        def grow() -> bool:
+            have = min(len(c.times[b]) for c, b, _ in cases)
+            if have >= bound:
+                return False
+            for c, _, _ in cases:
+                self.more_rounds(c, min(bound - have, max(2, have // 2)))
+            return True
+
+        return self._settle(claim_id, lambda: geomean_spread([(c._t(b), c._t(n)) for c, b, n in cases]), grow)
+
+    def measure_samples(self, claim_id: str, values: Iterable[float], *,
+                        more: "Callable[[], float] | None" = None, max_rounds: int = 15) -> "Spread":
+        """Measure a claim from per-round values the bench computed itself (median, bootstrap 95% interval).
+
+        With `more` (a callable returning one more round's value), rounds are added while the
+        interval straddles the target, up to `max_rounds` values in all.
+        """
+        from labkit.core.spread import spread
+        vals = [float(v) for v in values]
+        c = self._claim(claim_id)
+
+        def grow() -> bool:
+            if more is None or len(vals) >= max_rounds:
+                return False
+            check_interrupt()
+            vals.append(float(more()))
+            return True
+
+        return self._settle(claim_id, lambda: spread(vals, unit=c.unit), grow)
 
     def note(self, text: str, claim: str | None = None) -> None:
         """Add an explanatory sentence under the tables (e.g. why a target is missed).
@@ -445,7 +662,8 @@ class Bench:
         machine = dict(machine_info(), cpu_steal=steal_share(self._ticks0))
         return BenchReport(self.system, self.profile, machine, dict(self.results),
                            list(self.claims.values()), list(self.comparisons), self._started,
-                           time.perf_counter() - self._t0, list(self.notes), self.title, os.getpid())
+                           time.perf_counter() - self._t0, list(self.notes), self.title, os.getpid(),
+                           source_info())
 
 
 def write_json(report: BenchReport | list[BenchReport], path: str, *, overwrite: bool = True) -> None:
@@ -496,7 +714,7 @@ def _check_markers(text: str, arg: str, path: str) -> None:
 
 def update_benchmarks_md(path: str, key: str | None = None, markdown: str | None = None, *, top: bool = False,
                          sections: Iterable[tuple[str, str | Callable[[str | None], str], bool]] | None = None, force: bool = False,
-                         arg: str = "path") -> None:
+                         arg: str = "path", whole: str | None = None) -> None:
     """Replace harness-owned sections of BENCHMARKS.md, atomically.
 
     One section: ``update_benchmarks_md(path, key, markdown, top=...)``; several in one
@@ -510,7 +728,8 @@ def update_benchmarks_md(path: str, key: str | None = None, markdown: str | None
     An existing file that is not a benchmarks file (no labkit-bench section and no
     ``# Benchmarks`` title, e.g. a README) is refused with a ValueError naming `arg` unless
     `force`; an empty one is fine. With ``sections=[]`` nothing is written: the call only checks
-    that `path` may be recorded into.
+    that `path` may be recorded into. With `whole` (and ``sections=[]``) the file's text is replaced
+    by `whole`, under the same checks and lock (rendering BENCHMARKS.md from the records).
     """
     import fcntl
     from pathlib import Path
@@ -524,7 +743,7 @@ def update_benchmarks_md(path: str, key: str | None = None, markdown: str | None
         raise TypeError("update_benchmarks_md() takes `key` and `markdown`, or `sections`, not both")
     sections = list(sections)
     p = Path(os.path.realpath(path))  # a link's target is what gets edited, so lock its folder
-    if sections:
+    if sections or whole is not None:
         p.parent.mkdir(parents=True, exist_ok=True)
     elif not p.parent.is_dir():
         return
@@ -540,6 +759,9 @@ def update_benchmarks_md(path: str, key: str | None = None, markdown: str | None
         if p.exists() and not p.stat().st_mode & 0o222 and not force:
             raise bad_value(arg, str(path), f"a writable file (this one is read-only; make it writable or pass {hint})")
         _check_markers(text, arg, str(path))
+        if whole is not None:
+            atomic_write_text(p, whole)
+            return
         if not sections:
             return
         if not text.strip():
@@ -568,9 +790,138 @@ def load_json(path: str) -> Any:
         return json.load(fh)
 
 
+#: The folder (beside BENCHMARKS.md) holding one JSON record per system and profile; BENCHMARKS.md is
+#: rendered from these, and notebooks read them.
+RECORDS_DIR = "records"
+
+HEADER = ("# Benchmarks\n\nRendered by `labkit bench SYSTEM --record` (or `labkit reproduce --record`) from the "
+          f"JSON records in `{RECORDS_DIR}/`, one per system and profile; do not edit by hand. Each record "
+          "names the commit it ran and whether the code had uncommitted changes.\n")
+
+
+def _benchmarks_path() -> str:
+    from pathlib import Path
+    return str(Path(__file__).resolve().parents[2] / "BENCHMARKS.md")
+
+
+def records_dir(md_path: str | None = None) -> str:
+    """The records folder that belongs to the BENCHMARKS.md at `md_path` (the clone's by default)."""
+    return os.path.join(os.path.dirname(os.path.realpath(md_path or _benchmarks_path())), RECORDS_DIR)
+
+
+def record_path(system: str, profile: str, md_path: str | None = None) -> str:
+    return os.path.join(records_dir(md_path), f"{system}.{profile}.json")
+
+
+def write_record(report: BenchReport, md_path: str | None = None) -> str:
+    """Write `report` as its system's record (atomically, replacing the previous run's); return the path."""
+    path = record_path(report.system, report.profile, md_path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_json(report, path)
+    return path
+
+
+def load_records(md_path: str | None = None) -> dict[tuple[str, str], BenchReport]:
+    """Every record beside `md_path`, keyed by (system, profile). A record that cannot be read is an error
+    naming its file (a silently skipped record would drop a system's rows from the table)."""
+    folder = records_dir(md_path)
+    out: dict[tuple[str, str], BenchReport] = {}
+    if not os.path.isdir(folder):
+        return out
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".json"):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            rep = BenchReport.from_json(load_json(path))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise bad_value("record", path, f"a JSON bench record written by labkit ({type(exc).__name__}: {exc})") from exc
+        out[(rep.system, rep.profile)] = rep
+    return out
+
+
+def _title(system: str, rep: BenchReport | None = None) -> str:
+    from labkit import catalog
+    if system in catalog.NAMES:
+        return catalog.entry(system).title
+    return (rep.title if rep is not None and rep.title else system)
+
+
+def claims_section(reports: list[BenchReport], profile: str) -> str:
+    """The claims table of one profile, from its systems' records: measured block, modelled block, and
+    where each row comes from."""
+    from labkit import catalog
+    order = {n: i for i, n in enumerate(catalog.NAMES)}
+    reports = sorted(reports, key=lambda r: (order.get(r.system, len(order)), r.system))
+    claims, owner = [], {}
+    for r in reports:
+        for c in r.claims:
+            claims.append(c)
+            owner[c.id] = _title(r.system, r)
+    out = [f"## Claims table (`labkit reproduce --profile {profile}`)", "",
+           claims_summary(claims) + ". A verdict with an interval passes only if the whole 95% interval "
+           "clears the target; one that straddles it is inconclusive.", "", claims_markdown(claims, owner), "",
+           "Rows come from these records:", ""]
+    for r in reports:
+        src = r.source or {}
+        commit = f"`{src['commit'][:10]}`" if src.get("commit") else "unknown commit"
+        state = " (uncommitted changes)" if src.get("dirty") else ""
+        out.append(f"- {_title(r.system, r)}: `{RECORDS_DIR}/{r.system}.{profile}.json`, run {r.started}, "
+                   f"{r.seconds:.0f} s, {commit}{state}")
+    missing = [catalog.entry(n).title for n in catalog.NAMES if n not in {r.system for r in reports}]
+    if missing:
+        out += ["", f"Not recorded at this profile: {', '.join(missing)}."]
+    return "\n".join(out) + "\n"
+
+
+def render_benchmarks(md_path: str | None = None, *, force: bool = False, arg: str = "path") -> str:
+    """Rewrite BENCHMARKS.md (at `md_path`, the clone's by default) from the records beside it; return its text.
+
+    Per profile (ci, small, large): the claims table, then each system's section. The same
+    safety checks as :func:`update_benchmarks_md` apply (a file that is not a benchmarks file is
+    refused unless `force`), and the write is atomic.
+    """
+    from labkit.core.profiles import PROFILES
+    md_path = md_path or _benchmarks_path()
+    recs = load_records(md_path)
+    parts = [HEADER]
+    profiles = sorted({p for _, p in recs}, key=lambda p: (PROFILES.index(p) if p in PROFILES else 99, p))
+    profiles.sort(key=lambda p: p != "small")  # the lab's headline profile first
+    for prof in profiles:
+        reps = [r for (_, p), r in recs.items() if p == prof]
+        parts.append(f"{BEGIN.format(key=f'claims:{prof}')}\n{claims_section(reps, prof).rstrip()}\n"
+                     f"{END.format(key=f'claims:{prof}')}\n")
+        for r in sorted(reps, key=lambda r: r.system):
+            k = f"{r.system}:{prof}"
+            parts.append(f"{BEGIN.format(key=k)}\n{r.to_markdown().rstrip()}\n{END.format(key=k)}\n")
+    text = "\n".join(parts)
+    update_benchmarks_md(md_path, sections=[], force=force, arg=arg, whole=text)
+    return text
+
+
+def record(report: BenchReport | list[BenchReport], md_path: str | None = None, *, force: bool = False,
+           arg: str = "path") -> list[str]:
+    """Write each report's JSON record, then render BENCHMARKS.md from every record; return the record paths.
+
+    The benchmarks file is checked first, so a refused file leaves the records as they were.
+    """
+    reports = [report] if isinstance(report, BenchReport) else list(report)
+    md_path = md_path or _benchmarks_path()
+    update_benchmarks_md(md_path, sections=[], force=force, arg=arg)
+    paths = [write_record(r, md_path) for r in reports]
+    render_benchmarks(md_path, force=force, arg=arg)
+    return paths
+
+
+def _fmt_claim(c: Claim) -> dict:
+    tgt = "-" if c.target != c.target else f"{c.op} {_fmt_num(c.target)} {c.unit}".strip()
+    return {"id": c.id, "claim": c.claim, "paper": c.paper, "measured": _fmt_measured(c), "target": tgt,
+            "verdict": c.verdict, "kind": c.kind, "value": c.measured, "low": c.low, "high": c.high}
+
+
 @dataclass
 class Recorded:
-    """One system's section of BENCHMARKS.md as the harness last wrote it: when, its claims, its notes.
+    """One system's JSON record as the harness last wrote it: when, from which commit, its claims and notes.
 
     Notebooks show this instead of quoting numbers in their prose, so what a reader sees is always
     the latest recorded run (``labkit bench SYSTEM --profile small --record``), misses included.
@@ -578,32 +929,40 @@ class Recorded:
 
     system: str
     profile: str
-    run: str                      # the "Run ..." line: date, duration, machine
-    claims: list[dict]            # id, claim, measured, target, verdict (as written)
+    run: str                      # the "Run ..." line: date, duration, machine, commit
+    claims: list[dict]            # id, claim, measured (with interval), target, verdict, kind, value, low, high
     notes: list[str]              # the harness's notes under the tables (why a claim missed, anchors)
     path: str = ""
+    results: dict = field(default_factory=dict)
 
     def notes_for(self, claim_id: str) -> list[str]:
         """The notes that name `claim_id` (a bench writes a claim's notes as ``"claim_id: ..."``)."""
         return [n for n in self.notes if claim_id in n]
 
-    def _repr_markdown_(self) -> str:
-        rows = ["| claim | measured | target | verdict |", "|---|---|---|---|"]
+    def claim(self, claim_id: str) -> dict:
         for c in self.claims:
-            v = f"**{c['verdict']}**" if c["verdict"] == "miss" else c["verdict"]
-            rows.append(f"| `{c['id']}`: {c['claim']} | {c['measured']} | {c['target']} | {v} |")
-        out = [f"**Recorded in BENCHMARKS.md** (`labkit bench {self.system} --profile {self.profile}`). "
-               f"{self.run}", "", *rows]
+            if c["id"] == claim_id:
+                return c
+        raise bad_value("claim_id", claim_id, "one of " + ", ".join(c["id"] for c in self.claims))
+
+    def _repr_markdown_(self) -> str:
+        def rows(cs):
+            out = ["| claim | measured [95% interval] | target | verdict |", "|---|---|---|---|"]
+            for c in cs:
+                v = f"**{c['verdict']}**" if c["verdict"] in ("miss", "inconclusive") else c["verdict"]
+                out.append(f"| `{c['id']}`: {c['claim']} | {c['measured']} | {c['target']} | {v} |")
+            return out
+        measured = [c for c in self.claims if c.get("kind", "measured") == "measured"]
+        modelled = [c for c in self.claims if c.get("kind") == "modelled"]
+        out = [f"**Recorded** (`{RECORDS_DIR}/{self.system}.{self.profile}.json`, from `labkit bench "
+               f"{self.system} --profile {self.profile} --record`). {self.run}", "", *rows(measured)]
+        if modelled:
+            out += ["", MODELLED_HEAD, "", *rows(modelled)]
         why = []
         for c in self.claims:
-            if not c["verdict"].startswith("pass"):  # a miss, or not measured
+            if not c["verdict"].startswith("pass"):  # a miss, inconclusive, or not measured
                 why += [f"- {n}" for n in self.notes_for(c["id"]) if f"- {n}" not in why]
         return "\n".join(out + ([""] + why if why else []))
-
-
-def _benchmarks_path() -> str:
-    from pathlib import Path
-    return str(Path(__file__).resolve().parents[2] / "BENCHMARKS.md")
 
 
 def read_section(key: str, path: str | None = None) -> tuple[str | None, str]:
@@ -619,31 +978,18 @@ def read_section(key: str, path: str | None = None) -> tuple[str | None, str]:
 
 
 def recorded(system: str, profile: str = "small", path: str | None = None) -> Recorded:
-    """Read `system`'s section of BENCHMARKS.md (the clone's, unless `path`): claims and notes.
+    """Read `system`'s JSON record (beside the clone's BENCHMARKS.md, or the one at `path`): claims and notes.
 
-    Raises ValueError naming the system when the file has no such section (not benched and
-    recorded at that profile yet).
+    Raises ValueError naming the system when there is no record at that profile yet.
     """
     from labkit.catalog import NAMES
     check_choice("system", system, NAMES)
     profile = check_profile(profile)
-    body, p = read_section(f"{system}:{profile}", path)
-    if body is None:
-        raise ValueError(f"system={system!r} has no section for profile {profile} in {p}; record one with "
+    rp = record_path(system, profile, path)
+    if not os.path.exists(rp):
+        raise ValueError(f"system={system!r} has no record for profile {profile} at {rp}; record one with "
                          f"`labkit bench {system} --profile {profile} --record`")
-    lines = body.strip().splitlines()
-    run = next((ln for ln in lines if ln.startswith("Run ")), "")
-    claims, notes, in_claims = [], [], False
-    for ln in lines:
-        if ln.startswith("**Claims**"):
-            in_claims = True
-        elif ln.startswith("**") and in_claims:
-            in_claims = False
-        elif in_claims and ln.startswith("| `"):
-            cells = [c.strip() for c in ln.strip().strip("|").split("|")]
-            if len(cells) >= 6:
-                claims.append({"id": cells[0].strip("`"), "claim": cells[1], "paper": cells[2],
-                               "measured": cells[3], "target": cells[4], "verdict": cells[5]})
-        elif ln.startswith("- "):
-            notes.append(ln[2:])
-    return Recorded(system, profile, run, claims, notes, str(p))
+    rep = BenchReport.from_json(load_json(rp))
+    run = rep.to_markdown().split("\n")[2]  # the "Run ..." line, as BENCHMARKS.md shows it
+    return Recorded(system, profile, run, [_fmt_claim(c) for c in rep.claims], list(rep.notes), rp,
+                    dict(rep.results))

@@ -168,7 +168,8 @@ def test_recorded_reads_back_what_the_harness_wrote(tmp_path):
     with pytest.raises(KeyError, match=r"claim='spmm\.nope' is not declared for spmm"):
         b.note("about nothing", claim="spmm.nope")
     md = tmp_path / "B.md"
-    update_benchmarks_md(str(md), "spmm:small", b.report().to_markdown())
+    from labkit.core.bench import record
+    record(b.report(), str(md))
     r = recorded("spmm", "small", path=str(md))
     assert [(c["id"], c["measured"], c["verdict"]) for c in r.claims] == [
         ("spmm.fast", "2", "pass"), ("spmm.slow", "2.5", "miss"), ("spmm.gpu", "-", "not measured")]
@@ -176,7 +177,7 @@ def test_recorded_reads_back_what_the_harness_wrote(tmp_path):
     assert r.notes_for("spmm.slow") == ["spmm.slow: it needs 0.1 s per batch and training alone takes 0.12 s"]
     text = r._repr_markdown_()
     assert "**miss**" in text and "training alone takes 0.12 s" in text and "unrelated" not in text
-    with pytest.raises(ValueError, match=r"system='graph' has no section for profile small"):
+    with pytest.raises(ValueError, match=r"system='graph' has no record for profile small"):
         recorded("graph", "small", path=str(md))
     with pytest.raises(ValueError, match=r"system='nosuch' is not accepted"):
         recorded("nosuch")

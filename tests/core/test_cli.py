@@ -196,6 +196,8 @@ def test_reproduce_prints_claims_table(tmp_path, monkeypatch):
     assert d[0]["claims"][0]["measured"] == 2.5 and d[0]["claims"][0]["passed"] is True
     text = md.read_text()
     assert "Claims table" in text and "toy.speedup" in text and "| 2.5 |" in text
+    rec = json.loads((tmp_path / "records" / "toyrepro.ci.json").read_text())
+    assert rec["claims"][0]["measured"] == 2.5 and set(rec["source"]) == {"commit", "dirty"}
 
 
 def test_reproduce_runs_each_bench_in_a_fresh_process(tmp_path):
@@ -275,7 +277,8 @@ def test_reproduce_records_every_section_in_one_replacement(tmp_path, monkeypatc
     monkeypatch.setattr(atomic, "atomic_write_text", lambda p, t, **kw: (writes.append(str(p)), real(p, t, **kw)))
     rc = cli.main(["reproduce", "--profile", "ci", "--only", "toyrec", "--record", str(md), "--quiet", "--in-process"])
     assert rc == 0
-    assert writes == [str(md)]  # claims table and the system's tables together, never half a record
+    # the record first, then the file rendered once: claims table and system tables together, never half
+    assert writes == [str(tmp_path / "records" / "toyrec.ci.json"), str(md)]
     text = md.read_text()
     assert text.index("labkit-bench:claims:ci begin") < text.index("labkit-bench:toyrec:ci begin")
 
@@ -351,28 +354,32 @@ def test_data_make_says_when_it_kept_a_valid_copy(tmp_path):
 
 
 
-def test_reproduce_only_keeps_the_other_systems_recorded_claims(tmp_path, monkeypatch):
-    """`reproduce --only X --record` replaced the whole claims table with X's rows, losing the others'."""
+def test_reproduce_only_keeps_the_other_systems_records(tmp_path, monkeypatch):
+    """`reproduce --only X --record` writes X's record; the other systems' records, and so their rows in
+    the rendered claims table, stay as they were."""
+    from labkit.core.bench import Bench, Claim, write_record
+
     def bench(b):
         b.measure("toyonly.speedup", 2.5)
 
     _toy_system(monkeypatch, "toyonly", bench)
     md = tmp_path / "B.md"
-    md.write_text("# Benchmarks\n\n<!-- labkit-bench:claims:ci begin -->\n## Claims table\n\n"
-                  "| system | id | claim | paper | measured | target | verdict |\n|---|---|---|---|---|---|---|\n"
-                  "| Flash-LLM | `spmm.x` | kept row | p | 3 | >= 2 x | pass |\n"
-                  "| Toy | `toyonly.speedup` | b beats a | 2x | 0.5 | >= 1.2 x | miss |\n"
-                  "<!-- labkit-bench:claims:ci end -->\n")
+    old = Bench("spmm", "ci", [Claim("spmm.x", "kept row", "p", 2.0)], progress=False)
+    old.measure("spmm.x", 3.0)
+    kept = write_record(old.report(), str(md))
+    before = open(kept).read()
+    stale = Bench("toyonly", "ci", [Claim("toyonly.speedup", "b beats a", "2x", 1.2)], progress=False)
+    stale.measure("toyonly.speedup", 0.5)
+    write_record(stale.report(), str(md))
     rc = cli.main(["reproduce", "--profile", "ci", "--only", "toyonly", "--record", str(md), "--quiet", "--in-process"])
     assert rc == 0
+    assert open(kept).read() == before  # not run: its record is untouched
     text = md.read_text()
     claims = text.split("labkit-bench:claims:ci begin", 1)[1].split("labkit-bench:claims:ci end", 1)[0]
-    assert "| Flash-LLM | `spmm.x` | kept row |" in claims  # not run: its recorded row stays
+    assert "| Flash-LLM | `spmm.x` | kept row |" in claims
     assert "| 2.5 |" in claims and "| 0.5 |" not in claims  # run: its row is this run's
     assert claims.index("Flash-LLM") < claims.index("| Toy |")
-    assert "rows of Flash-LLM are from earlier runs" in claims
-    from labkit.tour import RecordedClaims
-    assert [r["system"] for r in RecordedClaims(claims, str(md)).rows] == ["Flash-LLM", "Toy"]
+    assert "records/spmm.ci.json" in claims and "records/toyonly.ci.json" in claims
 
 
 def test_a_value_error_inside_a_bench_says_where_it_was_raised(monkeypatch, capsys):

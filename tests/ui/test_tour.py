@@ -7,44 +7,41 @@ import pytest
 from labkit import tour
 from labkit.core.metrics import markdown_table_html
 
-CLAIMS = """# Benchmarks
+def _records(tmp_path):
+    """Two systems' records beside tmp_path/BENCHMARKS.md: a pass, a miss, an inconclusive, a GPU claim not
+    measured and a modelled claim."""
+    from labkit.core.bench import Bench, Claim, write_record
+    md = str(tmp_path / "BENCHMARKS.md")
+    s = Bench("spmm", "small", [Claim("spmm.a", "a < b", "2x", 2.0), Claim("spmm.gpu", "on a GPU", "1.7x", 1.5),
+                                Claim("spmm.c", "close call", "2x", 2.0)], progress=False)
+    s.measure("spmm.a", 2.5, interval=(2.2, 2.8))
+    s.measure("spmm.c", 2.1, interval=(1.9, 2.3))
+    g = Bench("graph", "small", [Claim("graph.b", "cache", "40%", 1.4),
+                                 Claim("graph.sim", "simulated", "2x", 2.0, kind="modelled")], progress=False)
+    g.measure("graph.b", 0.99, interval=(0.95, 1.02))
+    g.measure("graph.sim", 2.3)
+    for b in (g, s):  # written in the other order: the table follows the lab's order
+        write_record(b.report(), md)
+    return md
 
-<!-- labkit-bench:claims:small begin -->
-## Claims table (`labkit reproduce --profile small`)
 
-| system | id | claim | paper | measured | target | verdict |
-|---|---|---|---|---|---|---|
-| Flash-LLM | `spmm.a` | a < b | 2x | 2.5 | >= 2 x | pass |
-| AliGraph | `graph.b` | cache | 40% | 0.99 | >= 1.4 x | miss |
-| Flash-LLM | `spmm.gpu` | on a GPU | 1.7x | - | >= 1.5 x | not measured |
-<!-- labkit-bench:claims:small end -->
-
-<!-- labkit-bench:graph:small begin -->
-| `graph.b` | not | part | of | the | claims |
-<!-- labkit-bench:graph:small end -->
-"""
-
-
-def test_recorded_claims_reads_only_the_claims_section(tmp_path):
-    p = tmp_path / "BENCHMARKS.md"
-    p.write_text(CLAIMS)
-    got = tour.recorded_claims(str(p))
-    assert [r["id"] for r in got.rows] == ["spmm.a", "graph.b", "spmm.gpu"]
-    assert [r["verdict"] for r in got.rows] == ["pass", "miss", "not measured"]
-    assert got.rows[1]["system"] == "AliGraph" and got.rows[1]["measured"] == "0.99"
+def test_recorded_claims_reads_the_json_records(tmp_path):
+    got = tour.recorded_claims(_records(tmp_path))
+    assert [r["id"] for r in got.rows] == ["spmm.a", "spmm.gpu", "spmm.c", "graph.b", "graph.sim"]
+    assert [r["verdict"] for r in got.rows] == ["pass", "not measured", "inconclusive", "miss", "pass"]
+    assert got.rows[3]["system"] == "AliGraph" and got.rows[3]["measured"] == "0.99 [0.95, 1.02]"
+    assert got.rows[4]["kind"] == "modelled"
     html = got._repr_html_()
     assert "<b>miss</b>" in html and "<code>spmm.a</code>" in html and "a &lt; b" in html
-    assert "not part" not in got.markdown and "**miss**" in got._repr_markdown_()
+    assert "**inconclusive**" in got._repr_markdown_() and "**Modelled**" in got.markdown
 
 
-def test_recorded_claims_names_a_file_without_the_section(tmp_path):
-    p = tmp_path / "BENCHMARKS.md"
-    p.write_text("# Benchmarks\n")
-    with pytest.raises(ValueError, match="claims:small"):
-        tour.recorded_claims(str(p))
+def test_recorded_claims_names_a_folder_without_records(tmp_path):
+    with pytest.raises(ValueError, match="records.*small-profile record"):
+        tour.recorded_claims(str(tmp_path / "BENCHMARKS.md"))
 
 
-def test_the_committed_benchmarks_file_has_every_system_in_its_claims_table():
+def test_the_committed_records_cover_every_system():
     systems = {r["system"] for r in tour.recorded_claims().rows}
     assert {"Flash-LLM", "AliGraph", "CaliEX", "GoldMiner", "PICASSO"} <= systems
 
@@ -70,15 +67,15 @@ def test_markdown_table_html_renders_bold_and_code_escaped():
 
 
 def test_claims_by_system_counts_each_verdict(tmp_path):
-    p = tmp_path / "BENCHMARKS.md"
-    p.write_text(CLAIMS)
-    got = tour.recorded_claims(str(p))
+    got = tour.recorded_claims(_records(tmp_path))
     rows = got.by_system().rows
-    assert [r["system"] for r in rows] == ["Flash-LLM", "AliGraph"]  # the table's order
-    assert rows[0] == {"system": "Flash-LLM", "claims": 2, "pass": 1, "miss": 0, "not measured": 1}
-    assert rows[1] == {"system": "AliGraph", "claims": 1, "pass": 0, "miss": 1, "not measured": 0}
+    assert [r["system"] for r in rows] == ["Flash-LLM", "AliGraph"]  # the lab's order
+    assert rows[0] == {"system": "Flash-LLM", "claims": 3, "pass": 1, "miss": 0, "inconclusive": 1,
+                       "not measured": 1, "modelled": 0}
+    assert rows[1] == {"system": "AliGraph", "claims": 2, "pass": 0, "miss": 1, "inconclusive": 0,
+                       "not measured": 0, "modelled": 1}
     html = got.details()._repr_html_()
-    assert html.startswith("<details><summary>All 3 recorded claims</summary>") and html.endswith("</details>")
+    assert html.startswith("<details><summary>All 5 recorded claims</summary>") and html.endswith("</details>")
     assert "<code>spmm.a</code>" in html
 
 
