@@ -659,6 +659,12 @@ class Bench:
 
     def report(self) -> BenchReport:
         check_interrupt()  # an interrupted bench has no report, even if the signal was dropped
+        for c in self.claims.values():
+            # An inconclusive verdict's reason is the interval itself: say so beside the claim, once.
+            if c.status == "inconclusive" and not any(n.startswith(f"{c.id}:") for n in self.notes):
+                self.note(f"its 95% interval [{_fmt_num(c.low)}, {_fmt_num(c.high)}] still holds the target "
+                          f"{c.op} {_fmt_num(c.target)} after {c.rounds or 'all its'} rounds, so this machine "
+                          "cannot tell pass from miss", claim=c.id)
         machine = dict(machine_info(), cpu_steal=steal_share(self._ticks0))
         return BenchReport(self.system, self.profile, machine, dict(self.results),
                            list(self.claims.values()), list(self.comparisons), self._started,

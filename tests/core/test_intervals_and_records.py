@@ -167,3 +167,22 @@ def test_the_committed_benchmarks_file_is_the_rendering_of_the_committed_records
     shutil.copy(os.path.join(root, "BENCHMARKS.md"), tmp_path / "BENCHMARKS.md")
     want = (tmp_path / "BENCHMARKS.md").read_text()
     assert render_benchmarks(str(tmp_path / "BENCHMARKS.md")) == want
+
+
+def test_an_inconclusive_claim_says_why_beside_it():
+    b = Bench("toy", "ci", [Claim("toy.x", "x", "p", 1.5)], progress=False)
+    b.measure("toy.x", 1.55, interval=(1.4, 1.7))
+    [note] = b.report().notes
+    assert note.startswith("toy.x: its 95% interval [1.4, 1.7] still holds the target >= 1.5")
+
+
+def test_every_committed_miss_and_inconclusive_claim_has_its_reason():
+    """The claims table explains each miss in one sentence: a note that names the claim, from the bench."""
+    from labkit.core.bench import load_records
+    recs = load_records()
+    if not recs:
+        pytest.skip("no records committed yet")
+    for (system, profile), rep in recs.items():
+        for c in rep.claims:
+            if c.status in ("miss", "inconclusive"):
+                assert any(n.startswith(f"{c.id}:") for n in rep.notes), f"{system}.{profile}: {c.id} has no reason"
