@@ -105,7 +105,16 @@ class FeatureCache:
 
 
 class BeladyFeatureCache:
-    """Ginex's feature cache: Belady replacement over a superbatch of pre-sampled mini-batches."""
+    """Ginex's feature cache: Belady replacement over a superbatch of pre-sampled mini-batches.
+
+    Each held row keeps its next use in the superbatch (``slot_next``). The next uses come
+    either from an in-memory oracle over the superbatch's node ids (:meth:`start_superbatch`,
+    small runs and tests) or, as Ginex does, from an inspection pass over the superbatch
+    spilled to disk (:meth:`begin_superbatch` with each node's first use, then :meth:`update`
+    with each mini-batch's next-use array, see :class:`labkit.disk.spill.SampleSpill`).
+    """
+
+    NEVER = np.iinfo(np.int32).max
 
     def __init__(self, capacity_rows: int, num_nodes: int, dim: int, dtype, budget: MemoryBudget,
                  owner: str = "feature cache (belady)") -> None:
@@ -113,33 +122,54 @@ class BeladyFeatureCache:
         check_range("capacity_rows", capacity_rows, 0, integer=True)
         # It can never hold more rows than the graph has, however large the budget it was sized from.
         self.capacity = min(int(capacity_rows), int(num_nodes))
-        self.reservation = budget.reserve(owner, num_nodes * 4 + self.capacity * row_bytes
-                                          + self.capacity * 8)
+        self.reservation = budget.reserve(owner, num_nodes * 4 + self.capacity * (row_bytes + self.SLOT_BYTES))
         try:
             self.slot = np.full(num_nodes, -1, np.int32)
             self.rows = np.zeros((self.capacity, dim), dtype)
             self.owner_of = np.full(self.capacity, -1, np.int64)  # node held by each slot
+            self.slot_next = np.full(self.capacity, self.NEVER, np.int32)  # its next use in the superbatch
         except MemoryError:
             self.reservation.release()
             raise BudgetExceeded(f"{owner}: the machine could not allocate the {self.capacity} rows "
                                  f"({self.reservation.nbytes} bytes) the budget allows") from None
         self.nbytes = self.reservation.nbytes
-        self._keys = np.zeros(0, np.int64)
+        self._keys: np.ndarray | None = None
         self._stride = 1
         self._b = 0
 
+    #: Bytes per cached row besides the row itself: the slot's node (int64) and its next use (int32).
+    SLOT_BYTES = 12
+
+    def _held(self) -> np.ndarray:
+        return np.flatnonzero(self.owner_of >= 0)
+
     def start_superbatch(self, batches_nodes: list[np.ndarray]) -> None:
-        """Record when each node is next needed in this superbatch (the Belady oracle)."""
+        """Record when each node is next needed in this superbatch (the Belady oracle, held in RAM)."""
         s = len(batches_nodes) + 1
         keys = np.concatenate([np.asarray(v, np.int64) * s + b for b, v in enumerate(batches_nodes)] or
                               [np.zeros(0, np.int64)])
         keys.sort()
         self._keys, self._stride, self._b = keys, s, 0
+        held = self._held()
+        self.slot_next[held] = self._next_use(self.owner_of[held], -1)
+
+    def begin_superbatch(self, first_use: np.ndarray) -> None:
+        """Start a superbatch whose next uses come with each mini-batch (Ginex's inspection on disk).
+
+        `first_use` gives each node's first mini-batch in the superbatch (NEVER if none); the
+        rows already held take their next use from it.
+        """
+        self._keys, self._b = None, 0
+        held = self._held()
+        self.slot_next[held] = first_use[self.owner_of[held]]
 
     def _next_use(self, nodes: np.ndarray, after: int) -> np.ndarray:
         s = self._stride
+        nodes = np.asarray(nodes, np.int64)
         pos = np.searchsorted(self._keys, nodes * s + after + 1)
-        nxt = np.full(nodes.size, np.iinfo(np.int64).max, np.int64)
+        nxt = np.full(nodes.size, self.NEVER, np.int32)
+        if self._keys.size == 0:
+            return nxt
         ok = pos < self._keys.size
         k = self._keys[np.minimum(pos, self._keys.size - 1)]
         ok &= (k // s) == nodes
@@ -149,48 +179,66 @@ class BeladyFeatureCache:
     def lookup(self, nodes: np.ndarray) -> np.ndarray:
         return self.slot[nodes]
 
-    def update(self, nodes: np.ndarray, rows: np.ndarray) -> None:
+    def update(self, nodes: np.ndarray, rows: np.ndarray, next_use: np.ndarray | None = None) -> None:
         """After mini-batch `b` gathered `rows` of `nodes`: keep the `capacity` soonest-needed rows.
 
-        Belady within the superbatch's horizon: rows needed again in it are kept soonest-first; rows
-        with no known next use (none in this superbatch) are evicted first but only for room, held
-        rows before newly read ones, so the cache stays full across superbatch boundaries.
+        `next_use` is each node's next use in the superbatch (from the inspection pass); without
+        it the in-memory oracle of :meth:`start_superbatch` says. Belady within the superbatch's
+        horizon: rows needed again in it are kept soonest-first; rows with no known next use (none
+        in this superbatch) are evicted first but only for room, held rows before newly read ones,
+        so the cache stays full across superbatch boundaries.
         """
         b = self._b
         self._b += 1
         if self.capacity == 0:
             return
-        held = self.owner_of[self.owner_of >= 0]
-        fresh_mask = self.slot[nodes] < 0
+        nodes = np.asarray(nodes, np.int64)
+        if next_use is None:
+            if self._keys is None:
+                raise ValueError("next_use=None is not accepted after begin_superbatch(); expected each "
+                                 "node's next use in the superbatch (from SampleSpill.read)")
+            next_use = self._next_use(nodes, b)
+        next_use = np.asarray(next_use, np.int32)
+        if next_use.shape != nodes.shape:
+            raise ValueError(f"next_use has shape {next_use.shape}; expected {nodes.shape}, one per node")
+        s_of = self.slot[nodes]
+        hit = s_of >= 0
+        self.slot_next[s_of[hit]] = next_use[hit]  # the rows just used are next needed then
+        held_slots = self._held()
+        held = self.owner_of[held_slots]
+        fresh_mask = ~hit
         fresh = nodes[fresh_mask]
         cand = np.concatenate([held, fresh])
-        nxt = self._next_use(cand, b)
-        useful = nxt != np.iinfo(np.int64).max
+        nxt = np.concatenate([self.slot_next[held_slots], next_use[fresh_mask]])
+        useful = nxt != self.NEVER
+        keep = None  # positions into cand
         if cand.size > self.capacity:
             n_useful = int(useful.sum())
             if n_useful >= self.capacity:
                 u = np.flatnonzero(useful)
-                cand = cand[u[np.argpartition(nxt[u], self.capacity - 1)[:self.capacity]]]
+                keep = u[np.argpartition(nxt[u], self.capacity - 1)[:self.capacity]]
             else:  # every row needed again, then held rows, then new ones (held come first in `cand`)
                 rest = np.flatnonzero(~useful)[:self.capacity - n_useful]
-                cand = np.concatenate([cand[useful], cand[rest]])
-        keep_set = np.zeros(0, np.int64) if cand.size == 0 else np.sort(cand)
+                keep = np.concatenate([np.flatnonzero(useful), rest])
+        kept = np.ones(cand.size, bool)
+        if keep is not None:
+            kept[:] = False
+            kept[keep] = True
         # Evict held nodes not kept.
-        held_keep = np.isin(held, keep_set, assume_unique=True)
-        gone = held[~held_keep]
-        if gone.size:
-            free_slots = self.slot[gone]
-            self.owner_of[free_slots] = -1
-            self.slot[gone] = -1
+        gone_slots = held_slots[~kept[:held.size]]
+        if gone_slots.size:
+            self.slot[self.owner_of[gone_slots]] = -1
+            self.owner_of[gone_slots] = -1
+            self.slot_next[gone_slots] = self.NEVER
         # Admit fresh nodes that are kept into free slots.
-        admit_mask = np.isin(fresh, keep_set, assume_unique=True)
+        admit_mask = kept[held.size:]
         admit = fresh[admit_mask]
         if admit.size:
             free = np.flatnonzero(self.owner_of < 0)[:admit.size]
-            src_rows = rows[fresh_mask][admit_mask]
-            self.rows[free] = src_rows
+            self.rows[free] = rows[fresh_mask][admit_mask]
             self.owner_of[free] = admit
             self.slot[admit] = free.astype(np.int32)
+            self.slot_next[free] = next_use[fresh_mask][admit_mask]
 
     def release(self) -> None:
         self.reservation.release()

@@ -3,8 +3,8 @@
 The three stages are *sample* (read topology, pick neighbours), *gather* (read feature rows)
 and *train* (forward, backward, step). :func:`run_serial` runs them back to back per
 mini-batch, as naive disk training does. :func:`run_superbatch` is Ginex's schedule: sample a
-whole superbatch first (so the feature cache can plan Belady replacement), then gather and
-train batch by batch. :func:`run_pipelined` is CaliEX's: sampler threads (each sampling a group
+whole superbatch first, spilled to disk, inspect it (so the feature cache can plan Belady
+replacement), then read each batch back, gather and train batch by batch. :func:`run_pipelined` is CaliEX's: sampler threads (each sampling a group
 of mini-batches with one topology fetch per hop) and a gatherer thread feed the trainer through
 bounded queues, so disk reads, numba sampling and torch training
 (all GIL-free for their heavy parts) overlap. Queue slots are reserved from the memory budget.
@@ -98,30 +98,50 @@ def run_serial(sampler: NeighborSampler, features, trainer, seeds: list[np.ndarr
 
 
 def run_superbatch(sampler: NeighborSampler, features, trainer, seeds: list[np.ndarray],
-                   labels: np.ndarray, budget: MemoryBudget, *, superbatch: int = 4,
+                   labels: np.ndarray, budget: MemoryBudget, spill, *, superbatch: int = 4,
                    first_index: int = 0) -> RunStats:
-    """Ginex's schedule: sample `superbatch` mini-batches, plan the Belady cache, gather and train."""
+    """Ginex's schedule, one superbatch of `superbatch` mini-batches at a time, in three phases.
+
+    1. *sample*: sample each mini-batch and write it to `spill` (a
+       :class:`~labkit.disk.spill.SampleSpill` on disk): only the batch being written is in RAM;
+    2. *inspect*: read the superbatch's node ids back from disk and write each mini-batch's
+       next-use array (Ginex's inspection pass, timed as its own stage, ``busy["inspect"]``);
+       the Belady feature cache takes the first uses for the rows it holds;
+    3. *gather and train*: read each mini-batch and its next uses back from disk (timed as
+       gather), gather its rows through the Belady cache, train.
+
+    The stages run in turn, as Ginex's do. Every mini-batch of a run is trained, in order; a
+    run's last superbatch may be shorter.
+    """
     check_range("superbatch", superbatch, 1, integer=True)
     st = RunStats("superbatch")
+    st.busy["inspect"] = 0.0
     clock = _Clock(st)
+    belady = isinstance(getattr(features, "cache", None), BeladyFeatureCache)
     for lo in range(0, len(seeds), superbatch):
-        group = []
-        for k in range(lo, min(lo + superbatch, len(seeds))):
+        ks = range(lo, min(lo + superbatch, len(seeds)))
+        spill.reset()
+        for k in ks:
             i = first_index + k
             with clock.stage("sample", i):
-                group.append(sampler.sample(seeds[k], i))
-        # The sampled superbatch is held until its batches are trained.
-        with budget.reserve("superbatch (sampled)", sum(b.nbytes for b in group)):
-            with clock.stage("sample", first_index + lo):
-                if hasattr(getattr(features, "cache", None), "start_superbatch"):
-                    features.cache.start_superbatch([b.n_id for b in group])
-            for b in group:
-                with clock.stage("gather", b.index):
-                    x = features.gather(b.n_id)
-                with clock.stage("train", b.index):
-                    loss, acc = trainer.step(b, x, labels)
-                st.losses.append(loss)
-                st.accs.append(acc)
+                b = sampler.sample(seeds[k], i)
+                with budget.reserve("superbatch (batch being written)", b.nbytes):
+                    spill.write(b)
+                del b
+        with clock.stage("inspect", [first_index + k for k in ks]):
+            first = spill.inspect()
+            if belady:
+                features.cache.begin_superbatch(first)
+            del first
+        for j, k in enumerate(ks):
+            i = first_index + k
+            with clock.stage("gather", i):
+                b, nxt = spill.read(j)
+                x = features.gather(b.n_id, nxt) if belady else features.gather(b.n_id)
+            with clock.stage("train", i):
+                loss, acc = trainer.step(b, x, labels)
+            st.losses.append(loss)
+            st.accs.append(acc)
     st.batches = len(seeds)
     st.seconds = time.perf_counter() - clock.t0
     return st

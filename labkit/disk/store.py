@@ -429,12 +429,16 @@ class DiskFeatures:
         _merge_rows(part.slot, _bits(self.cache.rows), part.miss_pos, _bits(part.rows), _bits(out))
         return out
 
-    def gather(self, nodes: np.ndarray) -> np.ndarray:
-        """Return the feature rows of `nodes` (in order): cache hits copied, misses read from disk."""
+    def gather(self, nodes: np.ndarray, next_use: np.ndarray | None = None) -> np.ndarray:
+        """Return the feature rows of `nodes` (in order): cache hits copied, misses read from disk.
+
+        `next_use` (a Belady cache only): each node's next use in the superbatch, from Ginex's
+        inspection pass (:class:`labkit.disk.spill.SampleSpill`).
+        """
         if isinstance(self.cache, BeladyFeatureCache):
             part = self.fetch_misses(nodes)
             out = self.complete(part)
-            self.cache.update(nodes, out)
+            self.cache.update(nodes, out, next_use)
             return out
         return self.complete(self.fetch_misses(nodes))
 

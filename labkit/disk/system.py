@@ -3,7 +3,8 @@
 - ``naive``:  topology and features on disk, no caches, direct I/O with page sharing only,
   stages one after another;
 - ``ginex``:  Ginex-style: neighbour cache ranked by out/in degree, Belady feature cache over a
-  sampled superbatch, a fixed even split of the cache budget, superbatch schedule;
+  sampled superbatch spilled to disk (:mod:`labkit.disk.spill`), a fixed even split of the cache
+  budget, superbatch schedule (sample, inspect, then gather and train, in turn);
 - ``caliex``: pre-sampled plans for both caches, the auto-tuned split, the cost-model I/O policy
   (random / coalesced / sweep per mini-batch), pipelined stages;
 - ``memory``: everything in RAM (the upper bound), pipelined stages.
@@ -29,8 +30,10 @@ from labkit.core.machine import release_free_memory
 from labkit.core.memory import BudgetExceeded, MemoryBudget, check_budget, fmt_bytes, machine_limit, parse_bytes
 from labkit.core.progress import progress_bar
 from labkit.disk import plans
+from labkit.disk.iocache import BeladyFeatureCache
 from labkit.disk.pipeline import RunStats, run_pipelined, run_serial, run_superbatch
 from labkit.disk.sampler import NeighborSampler, SampledBatch, batch_seeds, check_seeds
+from labkit.disk.spill import SampleSpill
 from labkit.disk.store import DiskFeatures, DiskTopology, IOPolicy, MemoryFeatures, MemoryTopology
 from labkit.disk.train import ModelConfig, Trainer
 from labkit.disk.tuner import StageProfile, Tuner, split_caches
@@ -179,6 +182,18 @@ def presample(ds: Dataset, cfg: ModelConfig, seeds: list[np.ndarray], budget: Me
     return Presampled(batches, counts, prof, time.perf_counter() - t0, slot, positions)
 
 
+def batch_bytes_bound(cfg: ModelConfig, num_nodes: int) -> int:
+    """An upper bound on a sampled mini-batch's bytes (node ids, edges, hop offsets) before any is sampled."""
+    nodes = reach = cfg.batch_size
+    edges = 0
+    for f in cfg.fanouts:
+        reach *= int(f)
+        edges += reach
+        nodes += reach
+    nodes = min(nodes, num_nodes)
+    return int(nodes * 8 + edges * 8 + 16 * (len(cfg.fanouts) + 1))
+
+
 def out_degree(ds: Dataset) -> np.ndarray:
     """Each node's out-degree (how many neighbour lists it is in): the feature plan's prior."""
     return ds.array("out_degree", mmap=True)
@@ -251,6 +266,7 @@ class DiskGNN:
     info: dict = field(default_factory=dict)
     samplers: int = SAMPLERS  # pipelined schedules only
     group: int = 1  # mini-batches a sampler thread samples together (pipelined schedules only)
+    spill: SampleSpill | None = None  # ginex: its sampled superbatch on disk
 
     def run(self, seeds: list[np.ndarray], *, first_index: int = 0) -> RunStats:
         """Train on one mini-batch per entry of `seeds` with this system's schedule."""
@@ -261,8 +277,9 @@ class DiskGNN:
         if self.name == "naive":
             return run_serial(self.sampler, self.features, self.trainer, seeds, self.labels, first_index=first_index)
         if self.name == "ginex":
+            check_range("superbatch", self.superbatch, 1, integer=True)
             return run_superbatch(self.sampler, self.features, self.trainer, seeds, self.labels, self.budget,
-                                  superbatch=self.superbatch, first_index=first_index)
+                                  self.spill, superbatch=int(self.superbatch), first_index=first_index)
         return run_pipelined(self.sampler, self.features, self.trainer, seeds, self.labels, self.budget,
                              depth=self.pipeline_depth, slot_bytes=self.slot_bytes, first_index=first_index,
                              samplers=self.samplers, group=self.group)
@@ -274,6 +291,8 @@ class DiskGNN:
                 s.file.counters.reset()
             if hasattr(s, "policy"):
                 s.policy.choices.clear()
+        if self.spill is not None:
+            self.spill.bytes_written = self.spill.bytes_read = self.spill.reads = 0
 
     def metrics(self) -> dict:
         """Hit rates, bytes read / needed, read amplification, requests, I/O modes, budget."""
@@ -291,11 +310,18 @@ class DiskGNN:
         out.update(bytes_read=read, bytes_needed=needed, requests=reqs,
                    read_amplification=read / needed if needed else float("nan"),
                    budget=self.budget.report())
+        if self.spill is not None:  # Ginex's superbatch on disk: apart from the dataset's reads
+            out.update(spill_bytes_written=self.spill.bytes_written, spill_bytes_read=self.spill.bytes_read,
+                       spill_reads=self.spill.reads)
         return out
 
     def close(self) -> None:
-        self.topology.close()
-        self.features.close()
+        try:
+            self.topology.close()
+            self.features.close()
+        finally:
+            if self.spill is not None:
+                self.spill.close()
 
 
 def _size_caliex(pre: Presampled, budget: MemoryBudget, topo: DiskTopology, feat: DiskFeatures,
@@ -341,7 +367,7 @@ def _size_caliex(pre: Presampled, budget: MemoryBudget, topo: DiskTopology, feat
 def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, *,
                 pre: Presampled | None = None, split: float | None = None, seed: int = 0,
                 queue_depth: int = QUEUE_DEPTH, fallback: bool = False, superbatch: int = 4, group: int | None = None,
-                samplers: int = SAMPLERS) -> DiskGNN:
+                samplers: int = SAMPLERS, spill_dir: str | None = None) -> DiskGNN:
     """Build system `name` (one of naive, ginex, caliex, memory) within `budget`.
 
     caliex needs `pre` (from :func:`presample`); `split` overrides the tuner's topology share
@@ -355,6 +381,11 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
     `split` applies to the systems with two caches to split (caliex, ginex) and `group` to the
     pipelined ones that sample in groups (caliex, memory); passing either to another system is
     an error rather than silently ignored.
+
+    ginex writes its sampled superbatch (`superbatch` mini-batches; ``system.superbatch`` may be
+    changed between runs) to a file in `spill_dir` (default: the dataset's folder, the disk under
+    test) and reads it back with direct I/O; its read buffer and its inspection's first-use map
+    are paid from the budget before the caches are sized, and the file is removed on close.
     """
     check_choice("system", name, SYSTEMS)
     if not isinstance(ds, Dataset):
@@ -401,6 +432,7 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
             topo.close()  # its indptr and staging stay reserved otherwise
             raise
         slot = (0, 0)
+        spill = None
         try:
             if name == "caliex":
                 groups = group_choices(pre) if group is None else [group]
@@ -429,7 +461,11 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
                 # done: free them before the caches fill, rather than keep them for the whole run.
                 del sized, pick, holdout
             elif name == "ginex":
-                cache_bytes = budget.free - (1 << 20)
+                batch = pre.slot_bytes[0] if pre is not None else batch_bytes_bound(cfg, topo.indptr.size - 1)
+                spill = SampleSpill(spill_dir or ds.path("features").parent, budget, topo.indptr.size - 1,
+                                    buffer_bytes=batch)
+                # Left for the caches: what the spill's buffers leave, less the batch being written.
+                cache_bytes = budget.free - batch - (1 << 20)
                 split = 0.5 if split is None else split
                 tplan = plans.topology_degree(ds.array("out_degree", mmap=False), topo.indptr)
                 fplan = plans.features_degree(ds.array("out_degree", mmap=False), feat.row_bytes)
@@ -442,8 +478,7 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
                 if name == "ginex":
                     row_bytes = feat.row_bytes
                     f_bytes = cache_bytes - int(split * cache_bytes) - (topo.indptr.size - 1) * 4
-                    # The superbatch's sampled batches are held too; leave them room.
-                    rows = max(0, (f_bytes - superbatch * (pre.slot_bytes[0] if pre else 0)) // (row_bytes + 8))
+                    rows = max(0, f_bytes // (row_bytes + BeladyFeatureCache.SLOT_BYTES))
                     # No cache holds more rows than the graph has: a budget far above the graph's
                     # size once sized it in the millions of rows (and doubled the RSS).
                     feat.set_cache(belady_rows=int(min(rows, feat.num_nodes)))
@@ -453,12 +488,16 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
             try:
                 topo.close()
             finally:
-                feat.close()
+                try:
+                    feat.close()
+                finally:
+                    if spill is not None:
+                        spill.close()
             raise
     sampler = NeighborSampler(topo, list(cfg.fanouts), seed)
     trainer = Trainer(cfg, feat.dim, num_classes, seed=seed)
     system = DiskGNN(name, ds, budget, cfg, sampler, topo, feat, trainer, labels, split, 1, slot, superbatch, info,
-                     samplers, group or 1)
+                     samplers, group or 1, spill if name == "ginex" else None)
     # Filling the caches is setup, not training: keep its reads apart from the run's counters.
     info["fill_bytes_read"] = sum(s.file.counters.bytes_read for s in (topo, feat) if hasattr(s, "file"))
     system.reset_counters()
