@@ -19,15 +19,17 @@ from labkit.core.bench import Bench, Claim  # noqa: E402
 from labkit.core.systems import System, register  # noqa: E402
 
 CLAIMS = [
-    Claim("graph.build_speedup_scipy", "CSR build from an edge list vs scipy COO->CSR (same canonical output)",
+    Claim("graph.build_speedup_scipy", "CSR build from an edge list vs scipy COO->CSR, both on one thread (scipy "
+          "with 1-byte bool values, its cheapest path to the same canonical CSR)",
           "6.82B edges built in ~5 min on a cluster", target=1.5, unit="x", op=">="),
     Claim("graph.build_edges_per_s",
           "edges built per second on 2 cores (R-MAT scale 21: 33.5M edges, dedup + sorted rows)",
           "~23M edges/s (6.82B edges / 5 min)", target=23e6, unit="edges/s", op=">="),
     Claim("graph.build_peak_mem_ratio", "peak memory growth of the build / bytes of the final CSR",
           "-", target=3.0, unit="x", op="<="),
-    Claim("graph.sample_speedup_torch", "sampled edges/s vs vectorised torch sampler, with replacement, "
-          "fanouts [15, 10], batch 1024, R-MAT scale 20 in-edges", "DGL-class C++ samplers ~14M edges/s",
+    Claim("graph.sample_speedup_torch", "sampled edges/s vs a vectorised torch sampler (torch.rand, gather and "
+          "torch.unique per hop; not a C++ sampler), with replacement, fanouts [15, 10], batch 1024, R-MAT scale 20 "
+          "in-edges", "DGL-class C++ samplers ~14M edges/s",
           target=1.5, unit="x", op=">="),
     Claim("graph.sample_noreplace_fraction", "without-replacement / with-replacement sampled edges/s, [15, 10]",
           "O(k) per seed even on hubs", target=0.7, unit="x", op=">="),
@@ -40,77 +42,136 @@ CLAIMS = [
 #: Sizes per profile: build scale, sampling scale, sampling batches per call, cache-epoch settings.
 #: A small-profile epoch takes about half a second and its rounds scatter by a third on this
 #: shared machine (one run's three rounds gave ratios 1.20, 1.46 and 1.14): nine rounds.
+#: Every timed claim gets a bootstrap 95% interval, so every profile but ci runs at least five rounds;
+#: `max_rounds` bounds the rounds added while an interval straddles its target (ci adds none).
 SIZES = {
-    "ci": {"build_scale": 14, "sample_scale": 14, "sample_batches": 2, "repeats": 3,
-           "cache_workers": 2, "cache_batches": 4, "cache_repeats": 2},
-    "small": {"build_scale": 21, "sample_scale": 20, "sample_batches": 8, "repeats": 5,
-              "cache_workers": 4, "cache_batches": 16, "cache_repeats": 9},
-    "large": {"build_scale": 23, "sample_scale": 22, "sample_batches": 16, "repeats": 7,
-              "cache_workers": 4, "cache_batches": 64, "cache_repeats": 3},
+    "ci": {"build_scale": 14, "sample_scale": 14, "sample_batches": 2, "repeats": 5, "max_rounds": 5,
+           "cache_workers": 2, "cache_batches": 4, "cache_repeats": 2, "cache_max_rounds": 2},
+    "small": {"build_scale": 21, "sample_scale": 20, "sample_batches": 8, "repeats": 5, "max_rounds": 15,
+              "cache_workers": 4, "cache_batches": 16, "cache_repeats": 9, "cache_max_rounds": 15},
+    "large": {"build_scale": 23, "sample_scale": 22, "sample_batches": 16, "repeats": 7, "max_rounds": 15,
+              "cache_workers": 4, "cache_batches": 64, "cache_repeats": 5, "cache_max_rounds": 10},
 }
 
 
-def bench_build(b: Bench, scale: int, repeats: int) -> None:
-    """Build CSR from 16 * 2**scale R-MAT edges: scipy COO->CSR, torch coalesce->CSR, labkit."""
+def _counted(fn, threads: dict, name: str, cpu: dict, threads_of):
+    """Wrap `fn`: note the threads it builds with (``threads_of()``, read inside the call) and its CPU time."""
+    def f():
+        c0, w0 = time.process_time(), time.perf_counter()
+        threads[name] = threads_of()
+        out = fn()
+        cpu[name][0] += time.process_time() - c0
+        cpu[name][1] += time.perf_counter() - w0
+        return out
+    return f
+
+
+def _numba_build(src, dst, n, nt: int | None):
+    """labkit's build with numba held to `nt` threads (None: numba's default, one per core)."""
+    from labkit.graph.csr import build_csr
+
+    def build():
+        import numba
+        saved = numba.get_num_threads()
+        numba.set_num_threads(saved if nt is None else nt)  # thread-local in numba: only this call's kernels
+        try:
+            return build_csr(src, dst, n, dedup=True)
+        finally:
+            numba.set_num_threads(saved)
+    return build
+
+
+def _build_threads(nt: int | None):
+    """The thread count labkit's build runs with under `nt` (read as the build reads it)."""
+    def read():
+        import numba
+
+        from labkit.graph.csr import _threads as csr_threads
+        saved = numba.get_num_threads()
+        numba.set_num_threads(saved if nt is None else nt)
+        try:
+            return csr_threads()
+        finally:
+            numba.set_num_threads(saved)
+    return read
+
+
+def bench_build(b: Bench, scale: int, repeats: int, max_rounds: int | None = None) -> None:
+    """Build CSR from 16 * 2**scale R-MAT edges: scipy COO->CSR and labkit, both on one thread; torch aside.
+
+    The claim is the equal-thread ratio: scipy's COO->CSR runs on one thread (sparsetools is serial
+    C++), so labkit's build is held to one thread too. scipy has no pattern-only sparse matrix; its
+    cheapest path to the same canonical CSR is a COO with 1-byte bool values, ``tocsr()`` (which
+    sorts each row and merges duplicates). labkit's build on every core stays as a side result.
+    """
     import scipy.sparse as sp
     import torch
 
-    from labkit.graph.csr import build_csr
     from labkit.graph.rmat import RMatParams, rmat_edges
 
     rp = RMatParams(scale=scale)
     src, dst = rmat_edges(rp)
     n, m = rp.num_nodes, rp.num_edges
-    ones = np.ones(m, np.float32)
+    pattern = np.ones(m, np.bool_)  # the narrowest values scipy's sparsetools carries: 1 byte an edge
     b.log(f"build: {m:,} edges over {n:,} nodes")
 
     def scipy_build():
         # tocsr() sums duplicates, which sorts every row: the same canonical CSR as dedup=True.
-        return sp.coo_matrix((ones, (src, dst)), shape=(n, n)).tocsr()
+        return sp.coo_array((pattern, (src, dst)), shape=(n, n)).tocsr()
 
-    def labkit_build():
-        return build_csr(src, dst, n, dedup=True)
+    def scipy_build_f32():
+        return sp.coo_array((np.ones(m, np.float32), (src, dst)), shape=(n, n)).tocsr()
 
-    def labkit_build_1thread():
-        # scipy builds on one thread; the same build with numba held to one thread says what is the
-        # algorithm and what is the second core.
-        import numba
-        saved = numba.get_num_threads()
-        numba.set_num_threads(1)  # thread-local in numba: only this call's kernels
-        try:
-            return build_csr(src, dst, n, dedup=True)
-        finally:
-            numba.set_num_threads(saved)
-
-    ours = labkit_build()
-    ref = scipy_build()
-    if not (np.array_equal(ours.indptr, ref.indptr) and np.array_equal(ours.indices, ref.indices)):
-        raise AssertionError("labkit build and scipy disagree on the CSR")
+    labkit_build, labkit_build_1thread = _numba_build(src, dst, n, None), _numba_build(src, dst, n, 1)
+    ours = labkit_build_1thread()
+    for ref in (scipy_build(), scipy_build_f32(), labkit_build()):
+        if not (np.array_equal(ours.indptr, ref.indptr) and np.array_equal(ours.indices, ref.indices)):
+            raise AssertionError("labkit build and scipy disagree on the CSR")
     final_bytes = ours.indptr.nbytes + ours.indices.nbytes
     del ours, ref
+    threads: dict[str, int] = {}
+    cpu = {k: [0.0, 0.0] for k in BUILD_CONTENDERS}
+    # sparsetools' coo_tocsr, csr_sort_indices and csr_sum_duplicates are serial loops: one thread.
+    fns = {"scipy_coo_tocsr": (scipy_build, lambda: 1),
+           "labkit_build_csr@1": (labkit_build_1thread, _build_threads(1)),
+           "labkit_build_csr": (labkit_build, _build_threads(None))}
     c = b.compare(f"build CSR, R-MAT scale {scale} ({m / 1e6:.0f}M edges)",
-                  {"scipy_coo_tocsr": scipy_build, "labkit_build_csr": labkit_build,
-                   "labkit_build_csr@1": labkit_build_1thread},
+                  {k: _counted(f, threads, k, cpu, t) for k, (f, t) in fns.items()},
                   repeats=repeats, warmup=1, memory=True, work=m, work_unit="edges")
-    b.measure("graph.build_speedup_scipy", c.ratio("scipy_coo_tocsr", "labkit_build_csr"))
-    one = c.ratio("scipy_coo_tocsr", "labkit_build_csr@1")
-    b.record("graph.build_speedup_scipy_1thread", one)
-    b.record("graph.build_threads", _threads())
-    b.measure("graph.build_edges_per_s", c.throughput("labkit_build_csr"))
+    sp1 = b.measure_ratio("graph.build_speedup_scipy", c, "scipy_coo_tocsr", "labkit_build_csr@1",
+                          max_rounds=max_rounds)
+    for k in BUILD_CONTENDERS:
+        b.record(f"graph.build_threads_{k}", threads[k])
+        # CPU seconds per wall second over the timed calls: what the thread counts say, as the OS saw it.
+        b.record(f"graph.build_cpu_per_wall_{k}", cpu[k][0] / max(1e-9, cpu[k][1]))
+    many = c.spread("scipy_coo_tocsr", "labkit_build_csr")
+    b.record("graph.build_speedup_scipy_all_threads", many.median)
+    b.record("graph.build_threads", threads["labkit_build_csr"])
+    b.measure_samples("graph.build_edges_per_s", [m / t for t in c.times["labkit_build_csr"]])
     peak = c.peak_mem.get("labkit_build_csr")
     if peak is not None:  # None where the kernel cannot reset the peak-RSS mark
         b.measure("graph.build_peak_mem_ratio", peak / final_bytes)
     b.record("graph.build_final_csr_bytes", final_bytes)
-    b.note(f"labkit splits the build over {_threads()} threads (numba) while scipy's COO->CSR runs on one; "
-           f"held to one thread too (labkit_build_csr@1) labkit builds {one:.2f}x as fast as scipy "
-           "(graph.build_speedup_scipy_1thread).", claim="graph.build_speedup_scipy")
-    if c.ratio("scipy_coo_tocsr", "labkit_build_csr") < 1.5:
-        b.note(f"with the machine shared (1-min load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
-               "cores) the second thread is often not there to take.", claim="graph.build_speedup_scipy")
+
+    # What scipy's values array costs: the float32 values the claim used to give it, against 1-byte bools.
+    cv = b.compare(f"build CSR, scipy values, R-MAT scale {scale}",
+                   {"scipy_coo_tocsr": scipy_build, "scipy_coo_tocsr_float32": scipy_build_f32},
+                   repeats=3, warmup=0, work=m, work_unit="edges")
+    f32 = b.record("graph.build_scipy_float32_over_bool", cv.ratio("scipy_coo_tocsr_float32", "scipy_coo_tocsr"))
+    b.note(f"both contenders run on one thread: scipy's COO->CSR (sparsetools is serial) and labkit's build with "
+           f"numba held to {threads['labkit_build_csr@1']} thread (graph.build_threads_*). scipy has no "
+           "pattern-only sparse matrix, so it builds with 1-byte bool values, its cheapest path to the same "
+           f"canonical CSR (float32 values take {f32:.2f}x as long, graph.build_scipy_float32_over_bool). "
+           f"On all {threads['labkit_build_csr']} threads labkit builds {many} as fast as scipy "
+           "(graph.build_speedup_scipy_all_threads).", claim="graph.build_speedup_scipy")
+    if b.claims["graph.build_speedup_scipy"].status != "pass":
+        b.note(f"on one thread each labkit builds {sp1} as fast as scipy's pattern-only build, short of 1.5x "
+               f"or not clear of it: the earlier pass counted labkit's second thread ({many} on all threads) "
+               "and scipy's float32 values.", claim="graph.build_speedup_scipy")
 
     # torch is far slower here (coalesce sorts 64-bit keys); one warm round against labkit is enough.
     idx = torch.from_numpy(np.stack([src.astype(np.int64), dst.astype(np.int64)]))
-    vals = torch.from_numpy(ones)
+    vals = torch.from_numpy(np.ones(m, np.float32))
 
     def torch_build():
         return torch.sparse_coo_tensor(idx, vals, (n, n), check_invariants=False).coalesce().to_sparse_csr()
@@ -125,8 +186,15 @@ def bench_build(b: Bench, scale: int, repeats: int) -> None:
     b.record("graph.build_speedup_torch", ct.ratio("torch_coalesce_to_csr", "labkit_build_csr"))
 
 
+#: The build comparison's contenders: scipy and labkit on one thread (the claim), labkit on every core.
+BUILD_CONTENDERS = ("scipy_coo_tocsr", "labkit_build_csr@1", "labkit_build_csr")
+
+
 class TorchSampler:
-    """The baseline: vectorised torch sampling with replacement, frontier merged with torch.unique."""
+    """The baseline: a vectorised torch sampler (torch.rand, a gather, torch.unique per hop), not a C++ one.
+
+    Samples with replacement; each hop's frontier is the merged node set (as DGL blocks).
+    """
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, seed: int = 0) -> None:
         import torch
@@ -152,8 +220,75 @@ class TorchSampler:
         return total
 
 
-def bench_sampling(b: Bench, scale: int, batches: int, repeats: int) -> None:
-    """Sampled edges/s on R-MAT in-edges (CSC), batch 1024: torch baseline vs labkit with/without replacement."""
+#: C++ neighbour samplers tried as anchors, in the order tried: (contender, module, how it installs here).
+#: Each is imported lazily; one that is absent or fails to load is skipped with its reason recorded.
+ANCHORS = (
+    ("pyg_lib", "pyg_lib", "pyg-lib is not on PyPI (its wheels are only on PyG's own wheel index, which this "
+                           "lab's machines cannot reach)"),
+    ("torch_sparse", "torch_sparse", "PyPI has only torch-sparse 0.6.18's source (2023), which must be compiled "
+                                     "against the installed torch"),
+    ("dgl_graphbolt", "dgl.graphbolt", "PyPI's newest Linux cp311 DGL is 2.1.0, whose GraphBolt library is built "
+                                       "for torch 2.0-2.2 only, so `import dgl` fails beside torch 2.13 (it "
+                                       "finds no libgraphbolt_pytorch_2.13.0.so)"),
+)
+
+
+def _anchor_sampler(name: str, indptr: np.ndarray, indices: np.ndarray):
+    """Return (sample(seeds, fanouts) -> sampled edges, None) for an anchor that loads, else (None, reason).
+
+    The anchors sample PyG-style: each hop expands only the nodes first seen at the hop before
+    (labkit's ``frontier="new"``), with replacement.
+    """
+    import importlib
+
+    module = dict((n, m) for n, m, _ in ANCHORS)[name]
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # ImportError, or a native library that does not load beside this torch
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+    import torch
+    rowptr, col = torch.from_numpy(indptr.astype(np.int64)), torch.from_numpy(indices.astype(np.int64))
+    if name == "pyg_lib":
+        import pyg_lib
+
+        def sample(seeds, fanouts):
+            out = pyg_lib.sampler.neighbor_sample(rowptr, col, torch.from_numpy(seeds), list(fanouts), replace=True)
+            return int(out[0].numel())
+    elif name == "torch_sparse":
+        def sample(seeds, fanouts):
+            out = torch.ops.torch_sparse.neighbor_sample(rowptr, col, torch.from_numpy(seeds), list(fanouts),
+                                                         True, True)
+            return int(out[1].numel())
+    else:
+        return None, "labkit has no adapter for it yet"
+    try:
+        sample(np.arange(min(4, len(indptr) - 1), dtype=np.int64), [2])
+    except Exception as exc:  # loads but its kernel does not run with this torch
+        return None, f"{type(exc).__name__} on a first call: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+    return sample, None
+
+
+def _per_round_eps_ratio(c, edges: dict, base: str, new: str) -> list[float]:
+    """Per-round (edges/s of `new`) / (edges/s of `base`); edges[k] holds one count per call, warm-ups first."""
+    out = []
+    tb, tn = c.times[base], c.times[new]
+    eb, en = edges[base][-len(tb):], edges[new][-len(tn):]
+    for t_b, t_n, e_b, e_n in zip(tb, tn, eb, en):
+        out.append((e_n / t_n) / (e_b / t_b))
+    return out
+
+
+def _more(b: Bench, c, edges: dict, base: str, new: str):
+    """A `more` for measure_samples: one more interleaved round of `c`, returning its edges/s ratio."""
+    def more() -> float:
+        b.more_rounds(c, 1)
+        return _per_round_eps_ratio(c, edges, base, new)[-1]
+    return more
+
+
+def bench_sampling(b: Bench, scale: int, batches: int, repeats: int, max_rounds: int = 15) -> None:
+    """Sampled edges/s on R-MAT in-edges (CSC), batch 1024: the vectorised torch sampler vs labkit with and
+    without replacement; a C++ sampler (pyg-lib, torch-sparse or DGL's GraphBolt) as an anchor where one loads."""
     from labkit.graph.csr import build_csc
     from labkit.graph.rmat import RMatParams, rmat_edges
     from labkit.graph.sampling import NeighborSampler
@@ -167,42 +302,87 @@ def bench_sampling(b: Bench, scale: int, batches: int, repeats: int) -> None:
     seed_sets = [rng.choice(rp.num_nodes, 1024, replace=False) for _ in range(batches)]
     ours = NeighborSampler(csc.indptr, csc.indices, frontier="all")
     base = TorchSampler(csc.indptr, csc.indices)
+    calls = {"n": 0}
+
+    def run_ours(sampler, fanouts, replace: bool, key: str, edges: dict):
+        def f():
+            calls["n"] += 1
+            edges[key].append(sum(sampler.sample(s, fanouts, replace=replace, seed=calls["n"], stream=i)
+                                  .num_sampled_edges for i, s in enumerate(seed_sets)))
+        return f
+
     for fanouts in ([15, 10], [10, 10, 10]):
-        edges: dict[str, list[int]] = {"torch_replace": [], "labkit_replace": [], "labkit_noreplace": []}
-        calls = {"n": 0}
+        edges: dict[str, list[int]] = {"torch_vectorised": [], "labkit_replace": [], "labkit_noreplace": []}
 
         def run_torch():
-            edges["torch_replace"].append(sum(base.sample(s, fanouts) for s in seed_sets))
-
-        def run_ours(replace: bool, key: str):
-            def f():
-                calls["n"] += 1
-                edges[key].append(sum(ours.sample(s, fanouts, replace=replace, seed=calls["n"], stream=i)
-                                      .num_sampled_edges for i, s in enumerate(seed_sets)))
-            return f
+            edges["torch_vectorised"].append(sum(base.sample(s, fanouts) for s in seed_sets))
 
         tag = "x".join(map(str, fanouts))
         c = b.compare(f"sample {fanouts}, batch 1024 x {batches}, scale {scale}",
-                      {"torch_replace": run_torch, "labkit_replace": run_ours(True, "labkit_replace"),
-                       "labkit_noreplace": run_ours(False, "labkit_noreplace")},
+                      {"torch_vectorised": run_torch,
+                       "labkit_replace": run_ours(ours, fanouts, True, "labkit_replace", edges),
+                       "labkit_noreplace": run_ours(ours, fanouts, False, "labkit_noreplace", edges)},
                       repeats=repeats, warmup=1)
         eps = {k: float(np.mean(v)) / c.median(k) for k, v in edges.items()}
+        # Per-round edges/s ratios: the two with-replacement samplers draw near-equal (not equal) edge counts.
+        if fanouts == [15, 10]:
+            b.measure_samples("graph.sample_speedup_torch",
+                              _per_round_eps_ratio(c, edges, "torch_vectorised", "labkit_replace"),
+                              more=_more(b, c, edges, "torch_vectorised", "labkit_replace"), max_rounds=max_rounds)
+            b.measure_samples("graph.sample_noreplace_fraction",
+                              _per_round_eps_ratio(c, edges, "labkit_replace", "labkit_noreplace"),
+                              more=_more(b, c, edges, "labkit_replace", "labkit_noreplace"), max_rounds=max_rounds)
+            eps = {k: float(np.mean(v)) / c.median(k) for k, v in edges.items()}  # rounds may have been added
+        else:
+            b.record(f"graph.sample_{tag}_speedup_torch",
+                     float(np.median(_per_round_eps_ratio(c, edges, "torch_vectorised", "labkit_replace"))))
+            b.record(f"graph.sample_{tag}_noreplace_fraction",
+                     float(np.median(_per_round_eps_ratio(c, edges, "labkit_replace", "labkit_noreplace"))))
         for k, v in eps.items():
             b.record(f"graph.sample_{tag}_{k}_edges_per_s", v)
-        # Per-round time ratio, scaled by the (near-equal) edge counts of the two with-replacement samplers.
-        speedup = c.ratio("torch_replace", "labkit_replace") * (
-            np.mean(edges["labkit_replace"]) / np.mean(edges["torch_replace"]))
-        frac = c.ratio("labkit_replace", "labkit_noreplace") * (
-            np.mean(edges["labkit_noreplace"]) / np.mean(edges["labkit_replace"]))
-        if fanouts == [15, 10]:
-            b.measure("graph.sample_speedup_torch", speedup)
-            b.measure("graph.sample_noreplace_fraction", frac)
-        else:
-            b.record(f"graph.sample_{tag}_speedup_torch", speedup)
-            b.record(f"graph.sample_{tag}_noreplace_fraction", frac)
+    bench_sample_anchors(b, csc, seed_sets, scale, repeats, run_ours, calls)
 
 
-def bench_cache(b: Bench, profile: str, workers: int, batches: int, repeats: int) -> None:
+def bench_sample_anchors(b: Bench, csc, seed_sets, scale: int, repeats: int, run_ours, calls) -> None:
+    """Time each C++ sampler that loads beside this torch against labkit in its own semantics; say which did not."""
+    from labkit.graph.sampling import NeighborSampler
+
+    fanouts = [15, 10]
+    ours_new = NeighborSampler(csc.indptr, csc.indices, frontier="new")
+    loaded, absent = [], []
+    for name, _, how in ANCHORS:
+        sample, why = _anchor_sampler(name, csc.indptr, csc.indices)
+        if sample is None:
+            absent.append(f"{name} ({why}; {how})")
+            b.record(f"graph.sample_anchor_{name}_loaded", 0)
+            continue
+        b.record(f"graph.sample_anchor_{name}_loaded", 1)
+        loaded.append(name)
+        edges: dict[str, list[int]] = {name: [], "labkit_replace_new_frontier": []}
+
+        def run_anchor(sample=sample, edges=edges, name=name):
+            def f():
+                edges[name].append(sum(sample(s, fanouts) for s in seed_sets))
+            return f
+        c = b.compare(f"sample {fanouts} PyG-style (new frontier), batch 1024 x {len(seed_sets)}, scale {scale}, "
+                      f"anchor {name}",
+                      {name: run_anchor(), "labkit_replace_new_frontier":
+                       run_ours(ours_new, fanouts, True, "labkit_replace_new_frontier", edges)},
+                      repeats=repeats, warmup=1)
+        for k, v in edges.items():
+            b.record(f"graph.sample_15x10_{k}_edges_per_s", float(np.mean(v)) / c.median(k))
+        b.record(f"graph.sample_speedup_{name}",
+                 float(np.median(_per_round_eps_ratio(c, edges, name, "labkit_replace_new_frontier"))))
+    b.record("graph.sample_anchors_loaded", len(loaded))
+    said = (f"C++ sampler anchors: {', '.join(loaded)} loaded and are timed against labkit sampling as they do "
+            "(graph.sample_speedup_<anchor>)" if loaded else
+            "no C++ sampler could be installed beside torch 2.13 (CPU build) from the package registries this "
+            "lab reaches, so graph.sample_speedup_torch has only the vectorised torch sampler as its baseline")
+    b.note(said + (". Not loaded: " + "; ".join(absent) + "." if absent else "."), claim="graph.sample_speedup_torch")
+
+
+def bench_cache(b: Bench, profile: str, workers: int, batches: int, repeats: int,
+                max_rounds: int | None = None) -> None:
     """Epoch time of GraphSAGE over a Dask-partitioned store, importance cache off vs on."""
     import torch
 
@@ -246,8 +426,8 @@ def bench_cache(b: Bench, profile: str, workers: int, batches: int, repeats: int
 
         c = b.compare(f"epoch of {batches} batches x 512, [10, 5], {workers} Dask partition workers",
                       {"cache_off": run("cache_off"), "cache_on": run("cache_on")}, repeats=repeats, warmup=1)
-        speedup = c.ratio("cache_off", "cache_on")
-        b.measure("graph.cache_epoch_speedup", speedup)
+        sp_epoch = b.measure_ratio("graph.cache_epoch_speedup", c, "cache_off", "cache_on", max_rounds=max_rounds)
+        speedup = sp_epoch.median
         b.measure("graph.cache_hit_rate", cache.stats.hit_rate)
         b.record("graph.cache_feature_hit_rate", cache.feature_stats.hit_rate)
         # The fixed price of a round: every partition asked, nothing fetched.
@@ -304,7 +484,7 @@ def bench_cache(b: Bench, profile: str, workers: int, batches: int, repeats: int
                    f"partition workers share its CPUs with the trainer), not fetches saved; without training "
                    f"time the epoch speedup is {rest:.2f}x (remote wait {off['wait_ms']:.1f} -> {on['wait_ms']:.1f} ms "
                    "per batch).", claim="graph.cache_epoch_speedup")
-        if speedup < 1.4:
+        if b.claims["graph.cache_epoch_speedup"].status != "pass":
             need = off["epoch_ms"] * (1 - 1 / 1.4)
             b.note(f"hits kept {ids_kept:.0%} of remote ids and "
                    f"{kept:.0%} of bytes local (remote wait {off['wait_ms']:.1f} ms "
@@ -332,9 +512,9 @@ def bench(b: Bench) -> None:
     """Run the build, sampling and cache benches at the profile's sizes."""
     s = SIZES[b.profile]
     b.record("graph.loadavg_1min_at_start", os.getloadavg()[0])
-    bench_build(b, s["build_scale"], s["repeats"])
-    bench_sampling(b, s["sample_scale"], s["sample_batches"], s["repeats"])
-    bench_cache(b, b.profile, s["cache_workers"], s["cache_batches"], s["cache_repeats"])
+    bench_build(b, s["build_scale"], s["repeats"], s["max_rounds"])
+    bench_sampling(b, s["sample_scale"], s["sample_batches"], s["repeats"], s["max_rounds"])
+    bench_cache(b, b.profile, s["cache_workers"], s["cache_batches"], s["cache_repeats"], s["cache_max_rounds"])
     b.record("graph.loadavg_1min_at_end", os.getloadavg()[0])
 
 
