@@ -12,6 +12,14 @@ are a service decoupled from the training loop: they get the job's sample order 
 is known from the seed) and run ahead across epoch boundaries, so their pipeline fills once per
 job, not once per epoch. The monolithic job has no pipeline to fill; the DataLoader refills at
 each epoch, as ``iter(loader)`` does.
+
+Each timed claim is the median of the per-round ratios with a bootstrap 95% interval (the
+harness's ``measure_ratio``); while an interval straddles its target, more interleaved rounds of
+the whole case run, up to ``max_rounds`` (11 at small: each round is a job of every contender,
+about 23 s there). The lost and duplicated batches are exact counts. The simulator's two figures
+are modelled (``kind="modelled"``): outputs of :mod:`labkit.dataworkers.simulator` on a trace
+drawn from the lab's assumed workload mix, with their sensitivity to the jobs' CPU-per-GPU demand
+recorded beside them.
 """
 
 from __future__ import annotations
@@ -39,9 +47,9 @@ CLAIMS = [
           "autoscaler from 1 worker, frozen after 30 s: throughput / best static count's",
           "elastic scaling without manual tuning", target=0.9, unit="x", op=">="),
     Claim("dw.sim_jct_improvement", "simulated 64-GPU cluster: average JCT, static / elastic",
-          "2.5x better average JCT", target=2.0, unit="x", op=">="),
+          "2.5x better average JCT", target=2.0, unit="x", op=">=", kind="modelled"),
     Claim("dw.sim_gpu_util_improvement", "simulated 64-GPU cluster: GPU utilisation, elastic / static",
-          "2.1x higher GPU utilisation", target=1.8, unit="x", op=">="),
+          "2.1x higher GPU utilisation", target=1.8, unit="x", op=">=", kind="modelled"),
     Claim("dw.lost_batches", "batches lost when workers are killed during an epoch", "exactly-once delivery",
           target=0, unit="batches", op="=="),
     Claim("dw.duplicated_batches", "batches delivered twice when workers are killed during an epoch",
@@ -50,13 +58,13 @@ CLAIMS = [
 
 SIZES = {
     "ci": {"dataset": "ci", "batch_size": 8, "sweep": (1, 2), "autoscale_s": 4.0,
-           "tail_s": 1.0, "window_s": 0.5, "repeats": 2, "round_epochs": 1, "ctr_batches": 8, "fault_epochs": 1, "kills": 2,
+           "tail_s": 1.0, "window_s": 0.5, "repeats": 2, "max_rounds": 2, "round_epochs": 1, "ctr_batches": 8, "fault_epochs": 1, "kills": 2,
            "sim_jobs": 60},
     "small": {"dataset": "small", "batch_size": 32, "sweep": (1, 2, 3, 4), "autoscale_s": 30.0,
-              "tail_s": 4.0, "window_s": 1.5, "repeats": 7, "round_epochs": 2, "ctr_batches": 64, "fault_epochs": 2, "kills": 4,
+              "tail_s": 4.0, "window_s": 1.5, "repeats": 7, "max_rounds": 11, "round_epochs": 2, "ctr_batches": 64, "fault_epochs": 2, "kills": 4,
               "sim_jobs": 400},
     "large": {"dataset": "large", "batch_size": 64, "sweep": (1, 2, 3, 4, 6, 8),
-              "autoscale_s": 30.0, "tail_s": 4.0, "window_s": 2.0, "repeats": 7, "round_epochs": 1, "ctr_batches": 256,
+              "autoscale_s": 30.0, "tail_s": 4.0, "window_s": 2.0, "repeats": 7, "max_rounds": 11, "round_epochs": 1, "ctr_batches": 256,
               "fault_epochs": 2, "kills": 8, "sim_jobs": 1000},
 }
 
@@ -125,7 +133,7 @@ def bench(b: Bench) -> None:
     from labkit.dataworkers.autoscale import Autoscaler
     from labkit.dataworkers.baselines import dataloader, monolithic_batches
     from labkit.dataworkers.extract import extract
-    from labkit.dataworkers.simulator import Cluster, compare
+    from labkit.dataworkers.simulator import Cluster, compare, sensitivity
     from labkit.dataworkers.trainer import Trainer, run
     from labkit.dataworkers.workers import ProcessWorkerPool
     from labkit.dataworkers.workloads import ctr_program, image_program
@@ -206,15 +214,20 @@ def bench(b: Bench) -> None:
         contenders = {n: metered(f, cpu_used[n]) for n, f in contenders.items()}
         c = b.compare(f"image job ({k} epoch{'s' if k > 1 else ''} x {n_batches} batches of {program.batch_size})",
                       contenders, repeats=s["repeats"], warmup=1, work=k * n_batches, work_unit="batch")
+        # The baselines are picked on these rounds (by median throughput) before any claim is
+        # measured, and stay picked if straddling intervals bring more rounds.
         best_dl = max(s["sweep"], key=lambda n: c.throughput(f"dataloader_nw{n}"))
         best_st = max(s["sweep"], key=lambda n: c.throughput(f"static_workers{n}"))
         mono = max(("monolithic", "monolithic_2threads"), key=c.throughput)
         b.note(f"dw.speedup_monolithic is taken over {mono}, the faster monolithic run (by median).")
-        b.measure("dw.speedup_monolithic", c.ratio(mono, "goldminer_autoscaled"))
+        # Each claim: median of the per-round ratios with a bootstrap 95% interval; while an interval
+        # straddles its target, more interleaved rounds of the whole case run (up to max_rounds).
+        for cid, base in (("dw.speedup_monolithic", mono), ("dw.vs_dataloader_best", f"dataloader_nw{best_dl}"),
+                          ("dw.autoscale_fraction_of_best", f"static_workers{best_st}")):
+            b.measure_ratio(cid, c, base, "goldminer_autoscaled", max_rounds=max(s["max_rounds"], s["repeats"]))
+        b.record("compare_rounds", len(c.times["goldminer_autoscaled"]))
         b.record("goldminer_vs_monolithic_1thread", c.ratio("monolithic", "goldminer_autoscaled"))
         b.record("goldminer_vs_monolithic_2threads", c.ratio("monolithic_2threads", "goldminer_autoscaled"))
-        b.measure("dw.vs_dataloader_best", c.ratio(f"dataloader_nw{best_dl}", "goldminer_autoscaled"))
-        b.measure("dw.autoscale_fraction_of_best", c.ratio(f"static_workers{best_st}", "goldminer_autoscaled"))
         reach = next((t for t in range(int(ar.wall_s)) if ar.throughput_between(t, t + s["tail_s"])
                       >= 0.9 * c.throughput(f"static_workers{best_st}")), None)
         b.record("autoscale_seconds_to_90pct", -1 if reach is None else reach)
@@ -229,7 +242,10 @@ def bench(b: Bench) -> None:
         cores = machine_cores()
         cpu_bound = c.median(mono) / (cpu_ms["goldminer_autoscaled"] * jobs / 1e3 / cores)
         b.record("goldminer_cpu_bound_vs_monolithic", cpu_bound)
-        if b.claims["dw.speedup_monolithic"].passed is False:
+        def unsettled(cid: str) -> bool:  # a miss, or an interval that still straddles the target
+            return b.claims[cid].status in ("miss", "inconclusive")
+
+        if unsettled("dw.speedup_monolithic"):
             b.note(f"dw.speedup_monolithic: per batch the monolithic job burned {cpu_ms['monolithic']:.1f} ms of CPU "
                    f"with one thread ({cpu_ms['monolithic_2threads']:.1f} ms with two) and GoldMiner's trainer and "
                    f"workers together {cpu_ms['goldminer_autoscaled']:.1f} ms (medians over rounds, this process "
@@ -240,15 +256,18 @@ def bench(b: Bench) -> None:
                    f"the 1-minute load average after the case was {os.getloadavg()[0]:.1f} (this bench's own "
                    "2-3 busy processes included; other users' work takes CPU from the parallel contenders but "
                    "barely slows the single-process one).")
-        if b.claims["dw.vs_dataloader_best"].passed is False:
+        if unsettled("dw.vs_dataloader_best"):
             dl, gm = c.median(f"dataloader_nw{best_dl}"), c.median("goldminer_autoscaled")
             b.note(f"dw.vs_dataloader_best: the DataLoader at its best count (num_workers={best_dl}) took "
                    f"{dl:.2f} s per job and GoldMiner, its autoscaler settled at {scaler.workers} "
                    f"worker{'s' if scaler.workers != 1 else ''}, "
                    f"{gm:.2f} s (ratio of medians {dl / gm:.3f}; the claim is the median of the per-round ratios, "
-                   f"{b.claims['dw.vs_dataloader_best'].measured:.3f}).", claim="dw.vs_dataloader_best")
-        missed = [i for i in ("dw.speedup_monolithic", "dw.vs_dataloader_best", "dw.autoscale_fraction_of_best")
-                  if b.claims[i].passed is False]
+                   f"{b.claims['dw.vs_dataloader_best'].measured:.3f} "
+                   f"[{b.claims['dw.vs_dataloader_best'].low:.3f}, {b.claims['dw.vs_dataloader_best'].high:.3f}]).",
+                   claim="dw.vs_dataloader_best")
+        # The autoscaler's claim first: this note is its reason (the other two have their own above).
+        missed = [i for i in ("dw.autoscale_fraction_of_best", "dw.speedup_monolithic", "dw.vs_dataloader_best")
+                  if unsettled(i)]
         if missed:
             cpus = f"{sum(busy) / len(busy):.2f}" if busy else "an unknown number of"
             stall = [round(h.stall, 2) for h in scaler.history[-5:]]
@@ -287,6 +306,7 @@ def bench(b: Bench) -> None:
     b.record("fault_batches_reissued", fr["reissued"])
     b.record("fault_in_order", float(fr["in_order"]))
 
+    # Modelled, not measured: the simulator's output on a trace drawn from the lab's assumed mix.
     t0 = time.perf_counter()
     sim = compare(s["sim_jobs"], cluster=Cluster(), load=0.4)
     b.measure("dw.sim_jct_improvement", sim["jct_improvement"])
@@ -299,10 +319,18 @@ def bench(b: Bench) -> None:
     same = compare(s["sim_jobs"], cluster=Cluster(cpu_servers=0), load=0.4)
     b.record("sim_no_cpu_servers_jct_improvement", same["jct_improvement"])
     b.record("sim_no_cpu_servers_gpu_util_improvement", same["gpu_util_improvement"])
+    # Sensitivity: the same trace with every job's CPU-per-GPU demand scaled to each mean level.
+    sens = sensitivity(n_jobs=s["sim_jobs"], cluster=Cluster(), load=0.4)
+    b.record("sim_trace_mean_cpus_per_gpu", sens.attrs["base_demand"])
+    for row in sens[~sens["base"]].itertuples():
+        b.record(f"sim_sensitivity_jct_gain_demand{row.demand:g}", row.jct_gain)
     b.log(f"simulator: {time.perf_counter() - t0:.1f} s")
-    b.note("Simulator: 8 GPU servers (8 GPUs, 64 vCPUs each) + 4 CPU-only servers (96 vCPUs) that only elastic "
-           "data workers can use; the trace distribution is documented in labkit/dataworkers/simulator.py; "
-           "sim_no_cpu_servers_* is the same comparison when elastic workers may only use the GPU servers' CPUs.")
+    b.note("Simulator (modelled): 8 GPU servers (8 GPUs, 64 vCPUs each) + 4 CPU-only servers (96 vCPUs) that "
+           "only elastic data workers can use; the trace is drawn from simulator.MIX, whose every number "
+           "(family shares, CPU-per-GPU demands, GPUs per job, sizes, load 0.4) is the lab's assumption "
+           "(simulator.ASSUMPTIONS); sim_no_cpu_servers_* is the same comparison when elastic workers may only "
+           "use the GPU servers' CPUs; sim_sensitivity_jct_gain_demandD is the JCT gain with every job's demand "
+           "scaled so the trace's mean is D vCPUs per GPU (1.0 where no job needs more than its GPUs' own 8).")
     torch.set_num_threads(torch.get_num_threads())
 
 
