@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 from pathlib import Path
 
 import torch
@@ -127,8 +128,8 @@ def spmm_gpu(w: GpuTiledCSL, x, *, splits: int | None = None):
     return y[:, :n]
 
 
-def _time_gpu(*fns, repeats: int) -> list[float]:
-    """Median seconds per call of each of `fns`, timed with CUDA events in interleaved rounds."""
+def _time_gpu(*fns, repeats: int) -> list[list[float]]:
+    """Seconds per call of each of `fns`, one per round, timed with CUDA events in interleaved rounds."""
     import cupy
     for fn in fns:
         fn()
@@ -142,7 +143,7 @@ def _time_gpu(*fns, repeats: int) -> list[float]:
             stop.record()
             stop.synchronize()
             t.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-    return [sorted(t)[len(t) // 2] for t in times]
+    return times
 
 
 def time_vs_cublas(shape: tuple[int, int], sparsity: float, n: int, *, repeats: int = 20, seed: int = 0) -> dict:
@@ -165,7 +166,10 @@ def time_vs_cublas(shape: tuple[int, int], sparsity: float, n: int, *, repeats: 
     ref = wd.astype(cupy.float32) @ x.astype(cupy.float32)
     got = spmm_gpu(gw, x)
     err = float(cupy.abs(got - ref).max() / (cupy.abs(ref).max() + 1e-30))
-    t_sp, t_cb = _time_gpu(lambda: spmm_gpu(gw, x), lambda: wd @ x, repeats=repeats)
+    ts_sp, ts_cb = _time_gpu(lambda: spmm_gpu(gw, x), lambda: wd @ x, repeats=repeats)
+    t_sp, t_cb = statistics.median(ts_sp), statistics.median(ts_cb)
     return {"shape": f"{m}x{k}", "sparsity": sparsity, "N": n, "rel_err": err, "ok": err < 2e-3,
-            "tiled_csl_ms": t_sp * 1e3, "cublas_fp16_ms": t_cb * 1e3, "speedup": t_cb / t_sp,
+            "tiled_csl_ms": t_sp * 1e3, "cublas_fp16_ms": t_cb * 1e3,
+            "speedup": statistics.median(c / s for c, s in zip(ts_cb, ts_sp)),
+            "tiled_csl_times_s": ts_sp, "cublas_times_s": ts_cb,
             "tiled_csl_GBps": gw.nbytes / t_sp / 1e9, "cublas_GBps": 2.0 * m * k / t_cb / 1e9}

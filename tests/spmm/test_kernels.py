@@ -119,3 +119,32 @@ def test_magnitude_prune_and_masks():
     a, b = random_sparse((50, 60), 0.8, seed=9), random_sparse((50, 60), 0.9, seed=9)
     assert bool(((b != 0) <= (a != 0)).all())          # nested masks across sparsities
     assert torch.equal(a, random_sparse((50, 60), 0.8, seed=9))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_csr_arrays_find_the_same_non_zeros_as_torch(dtype):
+    """The baselines' CSR builder (two numba passes over the value bits) gives torch.to_sparse_csr's
+    arrays: -0.0 is a zero, NaN and the smallest subnormal are not; empty rows and an all-zero matrix."""
+    import warnings
+
+    from labkit.spmm.baselines import csr_arrays
+    w = torch.randn(37, 70, generator=torch.Generator().manual_seed(1))
+    w[w.abs() < 1] = 0
+    w[3] = 0
+    w[0, 0], w[1, 1], w[2, 2] = -0.0, float("nan"), torch.finfo(dtype).tiny / 2 if dtype != torch.bfloat16 else 1e-39
+    bits = torch.int32 if dtype == torch.float32 else torch.int16
+    for m in (w.to(dtype), torch.zeros(4, 5, dtype=dtype), w.to(dtype)[:, ::2]):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            ref = m.to_sparse_csr()
+        indptr, cols, vals = csr_arrays(m)
+        assert indptr.dtype == np.int64 and cols.dtype == np.int32 and vals.dtype == dtype
+        assert np.array_equal(indptr, ref.crow_indices().numpy()) and np.array_equal(cols, ref.col_indices().numpy())
+        assert torch.equal(vals.view(bits), ref.values().view(bits))
+
+
+def test_csr_arrays_refuse_other_dtypes():
+    from labkit.core.errors import LabkitError
+    from labkit.spmm.baselines import csr_arrays
+    with pytest.raises(LabkitError, match="weight.dtype"):
+        csr_arrays(torch.zeros(2, 2, dtype=torch.float64))
