@@ -66,7 +66,7 @@ def _counted(fn, threads: dict, name: str, cpu: dict, threads_of):
     return f
 
 
-def _numba_build(src, dst, n, nt: int | None):
+def labkit_builder(src, dst, n, nt: int | None):
     """labkit's build with numba held to `nt` threads (None: numba's default, one per core)."""
     from labkit.graph.csr import build_csr
 
@@ -79,6 +79,17 @@ def _numba_build(src, dst, n, nt: int | None):
         finally:
             numba.set_num_threads(saved)
     return build
+
+
+def scipy_builder(src, dst, n):
+    """scipy's cheapest COO->CSR to labkit's canonical pattern (one thread: sparsetools is serial C++).
+
+    scipy has no pattern-only sparse matrix, so the values are 1-byte bools (the narrowest dtype it
+    carries); ``tocsr()`` sums duplicates, which sorts every row: the same CSR as ``dedup=True``.
+    """
+    import scipy.sparse as sp
+    pattern = np.ones(len(src), np.bool_)
+    return lambda: sp.coo_array((pattern, (src, dst)), shape=(n, n)).tocsr()
 
 
 def _build_threads(nt: int | None):
@@ -112,17 +123,14 @@ def bench_build(b: Bench, scale: int, repeats: int, max_rounds: int | None = Non
     rp = RMatParams(scale=scale)
     src, dst = rmat_edges(rp)
     n, m = rp.num_nodes, rp.num_edges
-    pattern = np.ones(m, np.bool_)  # the narrowest values scipy's sparsetools carries: 1 byte an edge
     b.log(f"build: {m:,} edges over {n:,} nodes")
 
-    def scipy_build():
-        # tocsr() sums duplicates, which sorts every row: the same canonical CSR as dedup=True.
-        return sp.coo_array((pattern, (src, dst)), shape=(n, n)).tocsr()
+    scipy_build = scipy_builder(src, dst, n)
 
     def scipy_build_f32():
         return sp.coo_array((np.ones(m, np.float32), (src, dst)), shape=(n, n)).tocsr()
 
-    labkit_build, labkit_build_1thread = _numba_build(src, dst, n, None), _numba_build(src, dst, n, 1)
+    labkit_build, labkit_build_1thread = labkit_builder(src, dst, n, None), labkit_builder(src, dst, n, 1)
     ours = labkit_build_1thread()
     for ref in (scipy_build(), scipy_build_f32(), labkit_build()):
         if not (np.array_equal(ours.indptr, ref.indptr) and np.array_equal(ours.indices, ref.indices)):

@@ -11,8 +11,8 @@ from labkit.core.profiles import check_notebook_profile
 from labkit.ui.widgets import slider_plot
 
 #: Live-run sizes per notebook profile. "lab" (the notebook's default) keeps Run All near a minute
-#: on 2 shared cores and makes each effect show: at R-MAT scale 18 (4M edges) the build's speedup
-#: over scipy stands clear of the noise (at 1M edges it does not), sampling at scale 17 is far
+#: on 2 shared cores and makes each effect show: at R-MAT scale 18 (4M edges) a build takes long
+#: enough to time against scipy (one thread each) above the noise (1M edges do not), sampling at scale 17 is far
 #: above torch, and hit rates need a graph (scale 16, 65k vertices) that one batch does not cover.
 #: `dataset` is the "rmat" dataset profile the partition and training sections load.
 SETTINGS = {
