@@ -313,11 +313,7 @@ def bench_sampling(b: Bench, scale: int, batches: int, repeats: int, max_rounds:
     calls = {"n": 0}
 
     def run_ours(sampler, fanouts, replace: bool, key: str, edges: dict):
-        def f():
-            calls["n"] += 1
-            edges[key].append(sum(sampler.sample(s, fanouts, replace=replace, seed=calls["n"], stream=i)
-                                  .num_sampled_edges for i, s in enumerate(seed_sets)))
-        return f
+        return _labkit_run(sampler, fanouts, replace, key, edges, seed_sets, calls)
 
     for fanouts in ([15, 10], [10, 10, 10]):
         edges: dict[str, list[int]] = {"torch_vectorised": [], "labkit_replace": [], "labkit_noreplace": []}
@@ -348,15 +344,30 @@ def bench_sampling(b: Bench, scale: int, batches: int, repeats: int, max_rounds:
                      float(np.median(_per_round_eps_ratio(c, edges, "labkit_replace", "labkit_noreplace"))))
         for k, v in eps.items():
             b.record(f"graph.sample_{tag}_{k}_edges_per_s", v)
-    bench_sample_anchors(b, csc, seed_sets, scale, repeats, run_ours, calls)
+    bench_sample_anchors(b, csc, seed_sets, scale, repeats, calls)
 
 
-def bench_sample_anchors(b: Bench, csc, seed_sets, scale: int, repeats: int, run_ours, calls) -> None:
-    """Time each C++ sampler that loads beside this torch against labkit in its own semantics; say which did not."""
+def _labkit_run(sampler, fanouts, replace: bool, key: str, edges: dict, seed_sets, calls: dict):
+    """A contender: labkit samples every seed set (a fresh seed per call), appending the edges drawn to edges[key]."""
+    def f():
+        calls["n"] += 1
+        edges[key].append(sum(sampler.sample(s, fanouts, replace=replace, seed=calls["n"], stream=i)
+                              .num_sampled_edges for i, s in enumerate(seed_sets)))
+    return f
+
+
+def bench_sample_anchors(b: Bench, csc, seed_sets, scale: int, repeats: int, calls: dict | None = None) -> None:
+    """Time each C++ sampler that loads beside this torch against labkit sampling as it does (PyG-style new
+    frontier, with replacement), labkit on every core and on one thread (the anchors' CPU kernels run on
+    one); say which anchors did not load and why."""
     from labkit.graph.sampling import NeighborSampler
 
     fanouts = [15, 10]
+    calls = {"n": 0} if calls is None else calls
     ours_new = NeighborSampler(csc.indptr, csc.indices, frontier="new")
+
+    def run_ours(sampler, fanouts, replace, key, edges):
+        return _labkit_run(sampler, fanouts, replace, key, edges, seed_sets, calls)
     loaded, absent = [], []
     for name, _, how in ANCHORS:
         sample, why = _anchor_sampler(name, csc.indptr, csc.indices)
@@ -366,24 +377,37 @@ def bench_sample_anchors(b: Bench, csc, seed_sets, scale: int, repeats: int, run
             continue
         b.record(f"graph.sample_anchor_{name}_loaded", 1)
         loaded.append(name)
-        edges: dict[str, list[int]] = {name: [], "labkit_replace_new_frontier": []}
+        ours_key, one_key = "labkit_replace_new_frontier", "labkit_replace_new_frontier@1"
+        edges: dict[str, list[int]] = {name: [], ours_key: [], one_key: []}
 
         def run_anchor(sample=sample, edges=edges, name=name):
             def f():
                 edges[name].append(sum(sample(s, fanouts) for s in seed_sets))
             return f
+
+        def one_thread(f):
+            def g():
+                import numba
+                saved = numba.get_num_threads()
+                numba.set_num_threads(1)
+                try:
+                    f()
+                finally:
+                    numba.set_num_threads(saved)
+            return g
         c = b.compare(f"sample {fanouts} PyG-style (new frontier), batch 1024 x {len(seed_sets)}, scale {scale}, "
                       f"anchor {name}",
-                      {name: run_anchor(), "labkit_replace_new_frontier":
-                       run_ours(ours_new, fanouts, True, "labkit_replace_new_frontier", edges)},
+                      {name: run_anchor(), ours_key: run_ours(ours_new, fanouts, True, ours_key, edges),
+                       one_key: one_thread(run_ours(ours_new, fanouts, True, one_key, edges))},
                       repeats=repeats, warmup=1)
         for k, v in edges.items():
             b.record(f"graph.sample_15x10_{k}_edges_per_s", float(np.mean(v)) / c.median(k))
-        b.record(f"graph.sample_speedup_{name}",
-                 float(np.median(_per_round_eps_ratio(c, edges, name, "labkit_replace_new_frontier"))))
+        b.record(f"graph.sample_speedup_{name}", float(np.median(_per_round_eps_ratio(c, edges, name, ours_key))))
+        b.record(f"graph.sample_speedup_{name}_1thread",
+                 float(np.median(_per_round_eps_ratio(c, edges, name, one_key))))
     b.record("graph.sample_anchors_loaded", len(loaded))
     said = (f"C++ sampler anchors: {', '.join(loaded)} loaded and are timed against labkit sampling as they do "
-            "(graph.sample_speedup_<anchor>)" if loaded else
+            "(graph.sample_speedup_<anchor>, and _1thread with labkit on one thread)" if loaded else
             "no C++ sampler could be installed beside torch 2.13 (CPU build) from the package registries this "
             "lab reaches, so graph.sample_speedup_torch has only the vectorised torch sampler as its baseline")
     b.note(said + (". Not loaded: " + "; ".join(absent) + "." if absent else "."), claim="graph.sample_speedup_torch")

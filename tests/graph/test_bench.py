@@ -79,12 +79,36 @@ def test_an_absent_anchor_is_reported_not_silent(monkeypatch):
     sample, why = gb._anchor_sampler("no_such_sampler", indptr, indices)
     assert sample is None and "ModuleNotFoundError" in why
     b = Bench("graph", "ci", CLAIMS, progress=False)
-    gb.bench_sample_anchors(b, _Csc(indptr, indices), [np.array([0])], 1, 5, None, {"n": 0})
+    gb.bench_sample_anchors(b, _Csc(indptr, indices), [np.array([0])], 1, 5)
     assert b.results["graph.sample_anchor_no_such_sampler_loaded"] == 0
     assert b.results["graph.sample_anchors_loaded"] == 0
     (note,) = b.notes
     assert note.startswith("graph.sample_speedup_torch:") and "no_such_sampler (ModuleNotFoundError" in note
     assert "never published" in note and not b.comparisons
+
+
+def test_a_loaded_anchor_is_timed_against_labkit_as_it_samples(monkeypatch):
+    """An anchor that loads is a contender beside labkit (new frontier, every core and one thread)."""
+    import labkit.graph.bench as gb
+    from labkit.graph.csr import build_csc
+    from labkit.graph.rmat import RMatParams, rmat_edges
+    p = RMatParams(scale=8)
+    csc = build_csc(*rmat_edges(p), p.num_nodes)
+    monkeypatch.setattr(gb, "ANCHORS", (("fake_cpp", "json", "stands in for a C++ sampler"),))
+    monkeypatch.setattr(gb, "_anchor_sampler", lambda name, indptr, indices: (lambda seeds, fanouts: 10 * len(seeds),
+                                                                               None))
+    b = Bench("graph", "ci", CLAIMS, progress=False)
+    seeds = [np.arange(8), np.arange(8, 16)]
+    gb.bench_sample_anchors(b, csc, seeds, 8, 5)
+    r = b.results
+    assert r["graph.sample_anchor_fake_cpp_loaded"] == 1 and r["graph.sample_anchors_loaded"] == 1
+    (c,) = b.comparisons
+    assert set(c.times) == {"fake_cpp", "labkit_replace_new_frontier", "labkit_replace_new_frontier@1"}
+    assert all(len(t) == 5 for t in c.times.values())
+    assert r["graph.sample_speedup_fake_cpp"] > 0 and r["graph.sample_speedup_fake_cpp_1thread"] > 0
+    assert r["graph.sample_15x10_fake_cpp_edges_per_s"] == pytest.approx(160 / c.median("fake_cpp"))
+    (note,) = b.notes
+    assert "fake_cpp loaded" in note and "Not loaded" not in note
 
 
 class _Csc:
