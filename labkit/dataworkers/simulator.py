@@ -324,7 +324,7 @@ def compare(n_jobs: int = 400, *, cluster: Cluster = Cluster(), load: float = 0.
 
 
 #: Mean CPU-per-GPU demands the sensitivity study sweeps by default (vCPUs per GPU, GPU-weighted).
-SENSITIVITY_DEMANDS = (2.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0)
+SENSITIVITY_DEMANDS = (1.0, 2.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0)
 
 
 def trace_demand(trace: list[TraceJob]) -> float:

@@ -579,3 +579,41 @@ def simulator_plots(result: dict) -> Any:
                       title=f"Modelled: JCT {result['jct_improvement']:.2f}x shorter, "
                             f"GPU use {result['gpu_util_improvement']:.2f}x higher")
     return fig
+
+
+def sensitivity_figure(table: Any) -> Any:
+    """Return a plotly figure of :func:`labkit.dataworkers.simulator.sensitivity`'s table (modelled).
+
+    The JCT gain (static / elastic average JCT) and the GPU-utilisation gain against the trace's
+    mean CPU-per-GPU demand; 1.0x, the GPUs' own vCPUs per GPU and the cluster's pooled vCPUs per
+    GPU are marked, and so is the unscaled trace (the one the bench's modelled claims come from).
+    """
+    import plotly.graph_objects as go
+
+    from labkit.core.errors import bad_value
+
+    need = {"demand", "jct_gain", "gpu_util_gain", "base"}
+    if not hasattr(table, "columns") or not need <= set(table.columns) or len(table) == 0:
+        raise bad_value("table", type(table).__name__, "the non-empty DataFrame simulator.sensitivity() returns")
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=table["demand"], y=table["jct_gain"], mode="lines+markers", name="JCT gain",
+                             line={"color": "#2a9d8f"},
+                             hovertemplate="mean demand %{x:.1f} vCPUs/GPU<br>JCT %{y:.2f}x shorter<extra></extra>"))
+    fig.add_trace(go.Scatter(x=table["demand"], y=table["gpu_util_gain"], mode="lines+markers",
+                             name="GPU utilisation gain", line={"color": "#e9c46a", "dash": "dash"},
+                             hovertemplate="mean demand %{x:.1f} vCPUs/GPU<br>GPU use %{y:.2f}x higher<extra></extra>"))
+    base = table[table["base"]]
+    if len(base):
+        fig.add_trace(go.Scatter(x=base["demand"], y=base["jct_gain"], mode="markers", name="the trace as drawn",
+                                 marker={"size": 13, "color": "#e76f51", "symbol": "diamond"}))
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text="no gain (1.0x)", annotation_position="bottom right")
+    attrs = getattr(table, "attrs", {})
+    for key, label in (("cpus_per_gpu", "GPUs' own vCPUs"), ("pooled_cpus_per_gpu", "pooled vCPUs")):
+        if key in attrs:
+            fig.add_vline(x=attrs[key], line_dash="dash", line_color="#888", annotation_text=label,
+                          annotation_position="top left")
+    fig.update_layout(title="Modelled: how the gain depends on the jobs' CPU-per-GPU demand", height=400,
+                      xaxis={"title": "mean CPU-per-GPU demand of the trace (vCPUs per GPU)", "type": "log"},
+                      yaxis={"title": "gain (x), static vs elastic", "rangemode": "tozero"},
+                      margin={"l": 60, "r": 20, "t": 70, "b": 110}, legend={"orientation": "h", "y": -0.3})
+    return fig

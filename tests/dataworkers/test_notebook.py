@@ -34,3 +34,9 @@ def test_goldminer_notebook_records_metrics(dw_root, monkeypatch, no_leaks):
     assert m["live_max_workers_seen"] == 3 and m["dashboard_samples"] >= 3  # the resize shows in the dashboard
     assert m["sim_jct_improvement"] > 1.0 and m["sim_gpu_util_improvement"] > 1.0
     assert m["sim_plot_traces"] == 4  # the explorer draws the JCT CDF and utilisation plots itself
+    # The sensitivity plot (modelled): one gain per demand level plus the trace as drawn; where every
+    # job fits its GPUs' own vCPUs both policies are one schedule, so the gain there is exactly 1.
+    from labkit.dataworkers.simulator import SENSITIVITY_DEMANDS
+    assert m["sensitivity_levels"] == len(SENSITIVITY_DEMANDS) + 1 and m["sensitivity_traces"] == 3
+    assert m["sensitivity_fit_gains"] and set(m["sensitivity_fit_gains"]) == {1.0}
+    assert m["sensitivity_base_gain"] == m["sim_jct_improvement"]  # the explorer's trace, at its defaults

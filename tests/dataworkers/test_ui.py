@@ -163,3 +163,21 @@ def test_control_panel_redraw_counts_batches_per_worker(image_prog, no_leaks):
         assert sum(fig.data[0].y or ()) == 0  # drawn before any batch
         state.redraw()
         assert sum(fig.data[0].y) == got and state.updates == 1  # a redraw is not a budget change
+
+
+def test_sensitivity_figure_draws_the_gain_per_demand_level():
+    from labkit.dataworkers.simulator import sensitivity
+    from labkit.ui.dataworkers import sensitivity_figure
+
+    t = sensitivity((2.0, 8.0, 24.0), n_jobs=30, cluster=Cluster(gpu_servers=2, cpu_servers=1))
+    fig = sensitivity_figure(t)
+    assert [tr.name for tr in fig.data] == ["JCT gain", "GPU utilisation gain", "the trace as drawn"]
+    assert list(fig.data[0].x) == list(t["demand"]) and list(fig.data[0].y) == list(t["jct_gain"])
+    assert list(fig.data[2].x) == list(t.loc[t["base"], "demand"])
+    assert fig.layout.title.text.startswith("Modelled")
+    assert fig.layout.xaxis.title.text == "mean CPU-per-GPU demand of the trace (vCPUs per GPU)"
+    assert fig.layout.yaxis.title.text == "gain (x), static vs elastic"
+    marks = sorted(s.x0 for s in fig.layout.shapes if s.x0 == s.x1)
+    assert marks == [t.attrs["cpus_per_gpu"], t.attrs["pooled_cpus_per_gpu"]]
+    with pytest.raises(ValueError, match=r"table='dict' is not accepted; expected the non-empty DataFrame"):
+        sensitivity_figure({})
