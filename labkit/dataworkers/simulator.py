@@ -271,11 +271,16 @@ def simulate(trace: list[TraceJob], policy: str, cluster: Cluster = Cluster()) -
     busy = alloc = 0.0
     timeline: list[tuple[float, float]] = []
 
+    planned: list = [None]  # the running jobs the speeds were last planned for
+
     def speeds() -> None:
-        if running:
+        # Speeds depend only on which jobs run (in start order): re-plan only when that changes.
+        key = tuple(running)
+        if running and key != planned[0]:
             sp = policy_speeds([r[0] for r in running.values()], policy, cluster)
             for jid, r in running.items():
                 r[2] = sp[jid]
+            planned[0] = key
 
     while i < len(pending) or queue or running:
         # Start queued jobs in arrival order while the head fits (FIFO, no backfilling).
