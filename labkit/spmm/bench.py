@@ -14,6 +14,7 @@ import time
 import torch
 
 from labkit.core.bench import Bench, Claim
+from labkit.core.errors import check_choice
 from labkit.core.spread import ratio_spread
 from labkit.core.systems import System, register
 from labkit.spmm import kernels_cpu
@@ -68,10 +69,13 @@ DENSE = ("dense_bf16", "dense_bf16_linear")
 FP32 = ("dense_fp32", "dense_fp32_linear")
 
 
-#: A dense bf16 GEMM this many times slower than the fp32 one (the micro-probe below) is not timed:
-#: it cannot be the fastest dense product, and on a CPU without native bf16 matmul it takes minutes
-#: (the batch-16 bf16 decoder ran about 100 s per call on an AVX2 EPYC, the sweep's N = 32 15 s).
-SLOW_BF16 = 3.0
+#: A contender whose probe (below) takes this many times its rival's time is not timed in the N sweep
+#: or the decoder: dense bf16 against dense fp32, and the dense-tile kernel against the sparse one.
+#: It cannot be the faster of the pair, and on a CPU without native bf16 matmul or tensor cores both
+#: are slow (the batch-16 bf16 decoder took 57 s per call on a Zen1 EPYC; on 36864x9216 on an AVX2
+#: Zen3 EPYC bf16 took 6 s at N = 8 against fp32's 1.6 s, and dense-tile 16 s at N = 32 against the
+#: sparse kernel's 1 s), which set the small profile's runtime on such hosts.
+SLOW = 2.0
 
 
 def _geomean(xs: list[float]) -> float:
@@ -111,37 +115,47 @@ class _Held:
         self.ops.clear()
 
 
-_PROBES: dict[tuple[int, int], float] = {}
+_PROBES: dict[tuple[str, int, int], float] = {}
 
 
-def bf16_gemm_slowdown(n: int, size: int = 4096) -> float:
-    """Best bf16 time / best fp32 time of a size x size weight times N columns (matmul or F.linear).
+def _best_of(ops: dict, x, calls: int = 2) -> float:
+    """Least seconds of `calls` timed calls of each operator (after one warm-up call each), over `ops`."""
+    t = math.inf
+    for op in ops:
+        op(x)
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            op(x)
+            t = min(t, time.perf_counter() - t0)
+    return t
 
-    A micro-probe (two timed calls each, after one warm-up) that says whether dense bf16 can be the
-    fastest dense product at this N on this CPU; cached per N for the process.
+
+def probe_slowdown(kind: str, n: int, size: int = 4096) -> float:
+    """Time ratio of a contender to its rival on a size x size weight times N columns; cached per process.
+
+    kind "bf16": the best dense bf16 call over the best dense fp32 call (matmul or F.linear each);
+    kind "dense_tile": the dense-tile Tiled-CSL kernel over the sparse one, 80% sparse. A ratio of
+    :data:`SLOW` or more says the first cannot be the faster of the pair at this N on this CPU.
     """
-    if (n, size) not in _PROBES:
-        w = torch.randn(size, size, generator=torch.Generator().manual_seed(0))
-        x = torch.randn(size, n, generator=torch.Generator().manual_seed(1))
-        best = {}
-        for dtype in (torch.bfloat16, torch.float32):
-            t = math.inf
-            for call in ("matmul", "linear"):
-                op = DenseTorch(w, dtype, call=call)
-                op(x)
-                for _ in range(2):
-                    t0 = time.perf_counter()
-                    op(x)
-                    t = min(t, time.perf_counter() - t0)
-            best[dtype] = t
-        _PROBES[n, size] = best[torch.bfloat16] / best[torch.float32]
-    return _PROBES[n, size]
+    check_choice("kind", kind, ("bf16", "dense_tile"))
+    if (kind, n, size) not in _PROBES:
+        x = torch.randn(size, n, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+        if kind == "bf16":
+            w = torch.randn(size, size, generator=torch.Generator().manual_seed(0))
+            slow = _best_of([DenseTorch(w, torch.bfloat16, call=c) for c in ("matmul", "linear")], x)
+            fast = _best_of([DenseTorch(w, torch.float32, call=c) for c in ("matmul", "linear")], x)
+        else:
+            enc = encode(random_sparse((size, size), 0.8, seed=0))
+            slow = _best_of([TiledCSLMatmul(enc, kernel="dense_tile")], x)
+            fast = _best_of([TiledCSLMatmul(enc, kernel="sparse")], x)
+        _PROBES[kind, n, size] = slow / fast
+    return _PROBES[kind, n, size]
 
 
-def _bf16_is_slow(b: Bench, n: int, st) -> bool:
-    """True when dense bf16 is too slow at N columns to be raced (only ever asked for N >= 2)."""
-    r = b.record(f"spmm.bf16_over_fp32_gemm_time_n{n}", bf16_gemm_slowdown(n, st["probe"]))
-    return r >= SLOW_BF16
+def _too_slow(b: Bench, kind: str, n: int, st) -> bool:
+    """True when `kind` (bf16 / dense_tile) is too slow at N columns to be raced (asked for N >= 2 only)."""
+    key = {"bf16": "bf16_over_fp32_gemm_time", "dense_tile": "dense_tile_over_sparse_time"}[kind]
+    return b.record(f"spmm.{key}_n{n}", probe_slowdown(kind, n, st["probe"])) >= SLOW
 
 
 def _explain(b: Bench, cid: str, reason: str) -> None:
@@ -235,7 +249,8 @@ def _sweep(b: Bench, st) -> None:
     """Dense bf16 / fp32 vs both kernels over N; record the N where dense overtakes Tiled-CSL."""
     m, k = st["sweep_shape"]
     fp32_faster: list[str] = []
-    slow_bf16 = sorted(n for n in st["sweep_n"] if n >= 2 and _bf16_is_slow(b, n, st))
+    slow_bf16 = [n for n in st["sweep_n"] if n >= 2 and _too_slow(b, "bf16", n, st)]
+    slow_tile = [n for n in st["sweep_n"] if n >= 2 and _too_slow(b, "dense_tile", n, st)]
     for s in st["sweep_s"]:
         w = random_sparse((m, k), s, seed=7)
         enc = encode(w)
@@ -255,7 +270,8 @@ def _sweep(b: Bench, st) -> None:
             x = torch.randn(k, n, generator=torch.Generator().manual_seed(n)).to(torch.bfloat16)
             if n == 1:
                 x = x[:, 0]
-            held = _Held({nm: op for nm, op in ops.items() if not (n in slow_bf16 and nm in DENSE)})
+            left_out = (DENSE if n in slow_bf16 else ()) + (("tiled_csl_dense_tile",) if n in slow_tile else ())
+            held = _Held({nm: op for nm, op in ops.items() if nm not in left_out})
             helds.append(held)
             c = b.compare(f"sweep {m}x{k} s{int(s * 100)} N={n}", held.contenders(x),
                           repeats=max(3, st["repeats"] - 2), warmup=1, work=2.0 * m * k * n, work_unit="dense flop")
@@ -276,10 +292,12 @@ def _sweep(b: Bench, st) -> None:
         b.note(f"Dense fp32 ran faster than dense bf16 at {', '.join(fp32_faster)} (on a CPU without native bf16 "
                "matmul torch's bf16 GEMM takes a slow path), so there the sweep's speedups and crossovers are "
                "over dense fp32. The N = 1 claims stay against bf16.")
-    if slow_bf16:
-        b.note(f"At N = {', '.join(map(str, slow_bf16))} a bf16 GEMM took at least {SLOW_BF16:g}x an fp32 one on a "
-               f"{st['probe']} x {st['probe']} probe (spmm.bf16_over_fp32_gemm_time_n*), so dense bf16 could not "
-               "be the fastest dense product there and the sweep did not time it.")
+    if slow_bf16 or slow_tile:
+        b.note(f"On a {st['probe']} x {st['probe']} probe a bf16 GEMM took at least {SLOW:g}x an fp32 one at N = "
+               f"{', '.join(map(str, slow_bf16)) or 'none'} (spmm.bf16_over_fp32_gemm_time_n*) and the dense-tile "
+               f"kernel at least {SLOW:g}x the sparse one at N = {', '.join(map(str, slow_tile)) or 'none'} "
+               "(spmm.dense_tile_over_sparse_time_n*), so there the sweep did not time the slower of the pair, "
+               "which could not have been the faster dense product or the faster kernel.")
 
 
 def _decoder(b: Bench, st) -> None:
@@ -287,7 +305,7 @@ def _decoder(b: Bench, st) -> None:
 
     The claim (batch 1) is against bf16, Tiled-CSL's value type; every batch also records the
     speedup over the fastest dense decoder, fp32 included, as the sweep does. At a batch where the
-    bf16 GEMM probe is slow (see :data:`SLOW_BF16`) the bf16 decoders are not timed.
+    bf16 GEMM probe is slow (see :data:`SLOW`) the bf16 decoders are not timed.
     """
     cfg = st["decoder"]
     weights = random_weights(cfg, 0.9, seed=11)
@@ -303,7 +321,7 @@ def _decoder(b: Bench, st) -> None:
     b.record("spmm.decoder_sparse_linear_MB", models["tiled_csl"].linear_bytes / 2**20)
     for batch in st["batches"]:
         prompt = torch.randint(0, cfg.vocab, (batch, 1), generator=torch.Generator().manual_seed(batch))
-        skip = batch >= 2 and _bf16_is_slow(b, batch, st)
+        skip = batch >= 2 and _too_slow(b, "bf16", batch, st)
         if skip:
             untimed.append(batch)
         held = _Held({n: m for n, m in models.items() if not (skip and n in DENSE)})
@@ -333,7 +351,7 @@ def _decoder(b: Bench, st) -> None:
                "spmm.e2e_tokens_speedup_best_dense_s90_b* is over it there, while spmm.e2e_tokens_speedup_s90_b* "
                "(and the batch-1 claim) stay over bf16, the weights' type in Tiled-CSL.")
     if untimed:
-        b.note(f"At batch {', '.join(map(str, untimed))} the bf16 GEMM probe was at least {SLOW_BF16:g}x slower than "
+        b.note(f"At batch {', '.join(map(str, untimed))} the bf16 GEMM probe was at least {SLOW:g}x slower than "
                "fp32 (spmm.bf16_over_fp32_gemm_time_n*), so the bf16 decoders were not timed there and only "
                "spmm.e2e_tokens_speedup_best_dense_s90_b* (over fp32) is recorded.")
     del models

@@ -10,7 +10,7 @@ from labkit.catalog import load
 from labkit.core.bench import Bench, Comparison
 from labkit.core.spread import geomean_spread, ratio_spread
 from labkit.spmm import bench as spmm_bench
-from labkit.spmm.bench import CLAIMS, SLOW_BF16
+from labkit.spmm.bench import CLAIMS, SLOW
 
 
 def _tiled_csl_bytes(w: torch.Tensor, tile_rows: int, tile_cols: int, pad: int = 16) -> int:
@@ -95,11 +95,11 @@ def test_bench_ci_records_claims():
     sweep = next(c for c in report.comparisons if c.case.startswith("sweep"))
     assert {"dense_bf16", "dense_bf16_linear", "dense_fp32", "dense_fp32_linear"} <= set(sweep.names)
     # the decoder also races a dense fp32 model; each batch records the speedup over the fastest dense one
-    # (at batch 4 dense bf16 is left out where the GEMM probe found it at least SLOW_BF16 times fp32's time)
+    # (at batch 4 dense bf16 is left out where the GEMM probe found it at least SLOW times fp32's time)
     for batch in (1, 4):
         dec = next(c for c in report.comparisons if c.case.startswith("decoder") and c.case.endswith(f"batch={batch}"))
         dense = ("dense_bf16", "dense_bf16_linear", "dense_fp32", "dense_fp32_linear")
-        slow = batch > 1 and report.results[f"spmm.bf16_over_fp32_gemm_time_n{batch}"] >= SLOW_BF16
+        slow = batch > 1 and report.results[f"spmm.bf16_over_fp32_gemm_time_n{batch}"] >= SLOW
         assert set(dense[2:] if slow else dense) | {"tiled_csl"} == set(dec.names)
         fastest = min((d for d in dense if d in dec.names), key=dec.median)
         assert report.results[f"spmm.e2e_tokens_speedup_best_dense_s90_b{batch}"] == pytest.approx(
@@ -176,7 +176,7 @@ def test_the_n1_claims_are_geomeans_with_a_joint_interval_over_each_shapes_faste
 def test_the_decoder_claim_gets_more_rounds_while_its_interval_straddles_the_target(monkeypatch):
     """The batch-1 claim is measure_ratio over the decoder's own interleaved rounds: its interval rests on
     every round run, and the bf16 decoders are left out only at a batch where the bf16 GEMM probe is slow."""
-    monkeypatch.setattr(spmm_bench, "bf16_gemm_slowdown", lambda n, size=4096: 10.0 if n >= 2 else 1.0)
+    monkeypatch.setattr(spmm_bench, "probe_slowdown", lambda kind, n, size=4096: 10.0 if n >= 2 else 1.0)
     st = dict(spmm_bench.SETTINGS["ci"], batches=(1, 4), dec_repeats=5, max_rounds=9, new_tokens=2)
     b = Bench("spmm", "ci", CLAIMS, progress=False)
     spmm_bench._decoder(b, st)
@@ -186,25 +186,41 @@ def test_the_decoder_claim_gets_more_rounds_while_its_interval_straddles_the_tar
     base = min(spmm_bench.DENSE, key=dec1.median)
     want = ratio_spread(dec1.times[base], dec1.times["tiled_csl"])
     assert (c.measured, c.low, c.high) == (want.median, want.lo, want.hi)
-    assert c.rounds == 5 or want.lo < c.target <= want.hi or c.rounds == 9   # more rounds only while straddling
+    # more rounds ran only because the first five rounds' interval straddled the target, and stopped
+    # once it did not (or at the bound)
+    first = ratio_spread(dec1.times[base][:5], dec1.times["tiled_csl"][:5])
+    assert c.rounds == 5 or first.lo < c.target <= first.hi
+    assert c.rounds == 9 or c.status != "inconclusive"
     assert set(dec4.names) == {"dense_fp32", "dense_fp32_linear", "tiled_csl"}
     assert "spmm.e2e_tokens_speedup_s90_b4" not in b.results and "spmm.e2e_tokens_speedup_best_dense_s90_b4" in b.results
     assert any(n.startswith("At batch 4 the bf16 GEMM probe") for n in b.notes)
 
 
-def test_the_sweep_leaves_out_dense_bf16_only_where_the_probe_finds_it_slow(monkeypatch):
-    monkeypatch.setattr(spmm_bench, "bf16_gemm_slowdown", lambda n, size=4096: {4: 2.9, 16: 3.5}.get(n, 1.0))
+def test_the_sweep_leaves_out_a_contender_only_where_its_probe_finds_it_slow(monkeypatch):
+    """Dense bf16 (against fp32) and the dense-tile kernel (against the sparse one) are not timed at an N
+    where a probe found them at least SLOW times their rival's time; elsewhere every contender races."""
+    probes = {("bf16", 4): 1.9, ("bf16", 16): 2.5, ("dense_tile", 4): 2.1}
+    monkeypatch.setattr(spmm_bench, "probe_slowdown", lambda kind, n, size=4096: probes.get((kind, n), 1.0))
     st = dict(spmm_bench.SETTINGS["ci"], sweep_n=(1, 4, 16), repeats=3)
     b = Bench("spmm", "ci", CLAIMS, progress=False)
     spmm_bench._sweep(b, st)
     names = {int(c.case.rsplit("=", 1)[1]): set(c.names) for c in b.comparisons}
-    assert "dense_bf16" in names[1] and "dense_bf16_linear" in names[4]
-    assert not {"dense_bf16", "dense_bf16_linear"} & names[16] and "dense_fp32" in names[16]
-    assert b.results["spmm.bf16_over_fp32_gemm_time_n16"] == 3.5 and "spmm.bf16_over_fp32_gemm_time_n1" not in b.results
+    assert names[1] == names[4] | {"tiled_csl_dense_tile"} == names[16] | {"dense_bf16", "dense_bf16_linear"}
+    assert "tiled_csl_dense_tile" in names[16] and {"dense_fp32", "tiled_csl_sparse"} <= names[4] & names[16]
+    assert b.results["spmm.bf16_over_fp32_gemm_time_n16"] == 2.5 and "spmm.bf16_over_fp32_gemm_time_n1" not in b.results
+    assert b.results["spmm.sweep_dense_tile_wins_s80_n4"] == 0.0
+    assert any("at N = 16 (spmm.bf16_over_fp32" in n and "at N = 4 (spmm.dense_tile" in n for n in b.notes)
     # the operators are released once the sweep is done (the harness keeps every comparison's contenders)
-    comp = b.comparisons[0]
     with pytest.raises(KeyError):
-        b.more_rounds(comp, 1)
+        b.more_rounds(b.comparisons[0], 1)
+
+
+def test_the_probes_compare_real_calls():
+    for kind in ("bf16", "dense_tile"):
+        r = spmm_bench.probe_slowdown(kind, 2, 256)
+        assert math.isfinite(r) and r > 0 and spmm_bench.probe_slowdown(kind, 2, 256) == r   # cached
+    with pytest.raises(ValueError, match="kind"):
+        spmm_bench.probe_slowdown("fp16", 2, 256)
 
 
 def test_the_gpu_claim_takes_its_interval_from_per_round_cuda_timings(monkeypatch):
