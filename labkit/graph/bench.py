@@ -172,7 +172,7 @@ def bench_build(b: Bench, scale: int, repeats: int, max_rounds: int | None = Non
            f"numba held to {threads['labkit_build_csr@1']} thread (graph.build_threads_*). scipy has no "
            "pattern-only sparse matrix, so it builds with 1-byte bool values, its cheapest path to the same "
            f"canonical CSR (float32 values take {f32:.2f}x as long, graph.build_scipy_float32_over_bool). "
-           f"On all {threads['labkit_build_csr']} threads labkit builds {many} as fast as scipy "
+           f"On all its {threads['labkit_build_csr']} threads labkit builds {many} as fast as scipy "
            "(graph.build_speedup_scipy_all_threads).", claim="graph.build_speedup_scipy")
     if b.claims["graph.build_speedup_scipy"].status == "miss":  # an inconclusive verdict gets the harness's note
         b.note(f"on one thread each labkit builds {sp1} as fast as scipy's bool-valued build, short of 1.5x: "
@@ -233,8 +233,8 @@ class TorchSampler:
 #: C++ neighbour samplers tried as anchors, in the order tried: (contender, module, how it installs here).
 #: Each is imported lazily; one that is absent or fails to load is skipped with its reason recorded.
 ANCHORS = (
-    ("pyg_lib", "pyg_lib", "pyg-lib is not on PyPI (its wheels are only on PyG's own wheel index, which this "
-                           "lab's machines cannot reach)"),
+    ("pyg_lib", "pyg_lib", "pyg-lib is not on PyPI; its wheels are only on PyG's own wheel index, which this "
+                           "lab's machines cannot reach"),
     ("torch_sparse", "torch_sparse", "PyPI has only torch-sparse 0.6.18's source (2023): pip cannot build it in "
                                      "isolation (its setup imports torch), and built against the installed torch it "
                                      "compiles 23 C++ files plus torch-scatter's, minutes each on 2 cores; its "
@@ -242,8 +242,8 @@ ANCHORS = (
                                      "slower than labkit's, because each draw makes a one-element torch tensor "
                                      "(torch::randint), so it is no DGL-class anchor either"),
     ("dgl_graphbolt", "dgl.graphbolt", "PyPI's newest Linux cp311 DGL is 2.1.0, whose GraphBolt library is built "
-                                       "for torch 2.0-2.2 only, so `import dgl` fails beside torch 2.13 (it "
-                                       "finds no libgraphbolt_pytorch_2.13.0.so)"),
+                                       "for torch 2.0-2.2 only, so `import dgl` fails beside torch 2.13: it "
+                                       "finds no libgraphbolt_pytorch_2.13.0.so"),
 )
 
 
@@ -378,7 +378,7 @@ def bench_sample_anchors(b: Bench, csc, seed_sets, scale: int, repeats: int, cal
     for name, _, how in ANCHORS:
         sample, why = _anchor_sampler(name, csc.indptr, csc.indices)
         if sample is None:
-            absent.append(f"{name} ({why}; {how})")
+            absent.append(f"{name}: {how} (here: {why})")
             b.record(f"graph.sample_anchor_{name}_loaded", 0)
             continue
         b.record(f"graph.sample_anchor_{name}_loaded", 1)
