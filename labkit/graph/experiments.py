@@ -18,7 +18,7 @@ from labkit.core.bench import Comparison, interleave
 from labkit.core.errors import bad_value, check_range, check_seed
 from labkit.core.metrics import ResultTable
 from labkit.core.spread import Spread
-from labkit.graph.csr import CSR, build_csr, build_csr_chunked
+from labkit.graph.csr import CSR, build_csr_chunked
 from labkit.graph.datasets import GraphData
 from labkit.graph.importance import CachePlan, CacheStats, NeighborCache, gather_lists, importance, plan_cache
 from labkit.graph.negative import negative_sample
