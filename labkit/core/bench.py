@@ -567,6 +567,14 @@ class Bench:
                 comp.peak_mem[k] = max(comp.peak_mem.get(k) or 0, peak[k])
         return comp
 
+    def release(self, comp: Comparison) -> None:
+        """Let go of `comp`'s contenders (and the tables and models they hold): no more rounds can run.
+
+        :meth:`compare` keeps them so a straddling claim can get more rounds; call this once a case's
+        claims are measured, before the next case allocates (the report keeps the times).
+        """
+        self._rerun.pop(id(comp), None)
+
     def _settle(self, claim_id: str, compute: "Callable[[], Spread]", grow: "Callable[[], bool]") -> "Spread":
         """Measure `claim_id` from `compute()`; while its interval straddles the target, `grow()` (more
         rounds; returns False when the bound is reached) and measure again. Returns the final spread."""
@@ -659,6 +667,7 @@ class Bench:
 
     def report(self) -> BenchReport:
         check_interrupt()  # an interrupted bench has no report, even if the signal was dropped
+        self._rerun.clear()
         for c in self.claims.values():
             # An inconclusive verdict's reason is the interval itself: say so beside the claim, once.
             if c.status == "inconclusive" and not any(n.startswith(f"{c.id}:") for n in self.notes):

@@ -186,3 +186,23 @@ def test_every_committed_miss_and_inconclusive_claim_has_its_reason():
         for c in rep.claims:
             if c.status in ("miss", "inconclusive"):
                 assert any(n.startswith(f"{c.id}:") for n in rep.notes), f"{system}.{profile}: {c.id} has no reason"
+
+
+def test_release_lets_go_of_a_cases_contenders():
+    import gc
+    import weakref
+
+    class Table:
+        pass
+    t = Table()
+    ref = weakref.ref(t)
+    b = Bench("toy", "ci", progress=False)
+    c = b.compare("c", {"a": (lambda t=t: t and None)}, repeats=1, warmup=0)
+    del t
+    gc.collect()
+    assert ref() is not None  # kept: more rounds may be needed
+    b.release(c)
+    gc.collect()
+    assert ref() is None and c.times["a"]
+    with pytest.raises(ValueError, match="comp="):
+        b.more_rounds(c, 1)
