@@ -97,6 +97,82 @@ def run_serial(sampler: NeighborSampler, features, trainer, seeds: list[np.ndarr
     return st
 
 
+class SuperbatchStream:
+    """Ginex's schedule over a stream of mini-batches, trained a few at a time (see :func:`run_superbatch`).
+
+    :meth:`run` trains the next `k` mini-batches of `seeds` in order; whenever the next one is
+    not yet in a sampled superbatch, it first samples the next `superbatch` mini-batches to
+    `spill` and inspects them (inside that call), so a superbatch may span many calls, as an
+    epoch-long one does. ``phase_seconds`` and ``phase_batches`` total the sample-and-inspect
+    phases run so far and the mini-batches they sampled.
+    """
+
+    def __init__(self, sampler: NeighborSampler, features, trainer, seeds: list[np.ndarray],
+                 labels: np.ndarray, budget: MemoryBudget, spill, *, superbatch: int = 4,
+                 first_index: int = 0, indices: list[int] | None = None) -> None:
+        check_range("superbatch", superbatch, 1, integer=True)
+        if indices is not None and len(indices) != len(seeds):
+            raise ValueError(f"indices has {len(indices)} entries for {len(seeds)} mini-batches; expected one each")
+        #: Each mini-batch's index (its sampling draws depend on it): `indices`, else first_index + position.
+        self.indices = [int(i) for i in indices] if indices is not None else \
+            [int(first_index) + k for k in range(len(seeds))]
+        self.sampler, self.features, self.trainer, self.seeds = sampler, features, trainer, seeds
+        self.labels, self.budget, self.spill = labels, budget, spill
+        self.superbatch, self.first_index = int(superbatch), int(first_index)
+        self.belady = isinstance(getattr(features, "cache", None), BeladyFeatureCache)
+        self.pos = 0            # next mini-batch to train
+        self._lo = self._hi = 0  # the spilled superbatch holds mini-batches [lo, hi)
+        self.phase_seconds = 0.0
+        self.phase_batches = 0
+
+    @property
+    def remaining(self) -> int:
+        return len(self.seeds) - self.pos
+
+    def _phases(self, clock: "_Clock") -> None:
+        """Sample the next superbatch to disk and inspect it."""
+        a = time.perf_counter()
+        lo, hi = self.pos, min(self.pos + self.superbatch, len(self.seeds))
+        self.spill.reset()
+        for k in range(lo, hi):
+            i = self.indices[k]
+            with clock.stage("sample", i):
+                b = self.sampler.sample(self.seeds[k], i)
+                with self.budget.reserve("superbatch (batch being written)", b.nbytes):
+                    self.spill.write(b)
+                del b
+        with clock.stage("inspect", self.indices[lo:hi]):
+            first = self.spill.inspect()
+            if self.belady:
+                self.features.cache.begin_superbatch(first)
+            del first
+        self._lo, self._hi = lo, hi
+        self.phase_seconds += time.perf_counter() - a
+        self.phase_batches += hi - lo
+
+    def run(self, k: int) -> RunStats:
+        """Train the next `k` mini-batches (sampling and inspecting superbatches as needed)."""
+        check_range("k", k, 0, self.remaining, integer=True)
+        st = RunStats("superbatch")
+        st.busy["inspect"] = 0.0
+        clock = _Clock(st)
+        for _ in range(int(k)):
+            if self.pos >= self._hi:
+                self._phases(clock)
+            j, i = self.pos - self._lo, self.indices[self.pos]
+            with clock.stage("gather", i):
+                b, nxt = self.spill.read(j)
+                x = self.features.gather(b.n_id, nxt) if self.belady else self.features.gather(b.n_id)
+            with clock.stage("train", i):
+                loss, acc = self.trainer.step(b, x, self.labels)
+            st.losses.append(loss)
+            st.accs.append(acc)
+            self.pos += 1
+        st.batches = int(k)
+        st.seconds = time.perf_counter() - clock.t0
+        return st
+
+
 def run_superbatch(sampler: NeighborSampler, features, trainer, seeds: list[np.ndarray],
                    labels: np.ndarray, budget: MemoryBudget, spill, *, superbatch: int = 4,
                    first_index: int = 0) -> RunStats:
@@ -113,38 +189,8 @@ def run_superbatch(sampler: NeighborSampler, features, trainer, seeds: list[np.n
     The stages run in turn, as Ginex's do. Every mini-batch of a run is trained, in order; a
     run's last superbatch may be shorter.
     """
-    check_range("superbatch", superbatch, 1, integer=True)
-    st = RunStats("superbatch")
-    st.busy["inspect"] = 0.0
-    clock = _Clock(st)
-    belady = isinstance(getattr(features, "cache", None), BeladyFeatureCache)
-    for lo in range(0, len(seeds), superbatch):
-        ks = range(lo, min(lo + superbatch, len(seeds)))
-        spill.reset()
-        for k in ks:
-            i = first_index + k
-            with clock.stage("sample", i):
-                b = sampler.sample(seeds[k], i)
-                with budget.reserve("superbatch (batch being written)", b.nbytes):
-                    spill.write(b)
-                del b
-        with clock.stage("inspect", [first_index + k for k in ks]):
-            first = spill.inspect()
-            if belady:
-                features.cache.begin_superbatch(first)
-            del first
-        for j, k in enumerate(ks):
-            i = first_index + k
-            with clock.stage("gather", i):
-                b, nxt = spill.read(j)
-                x = features.gather(b.n_id, nxt) if belady else features.gather(b.n_id)
-            with clock.stage("train", i):
-                loss, acc = trainer.step(b, x, labels)
-            st.losses.append(loss)
-            st.accs.append(acc)
-    st.batches = len(seeds)
-    st.seconds = time.perf_counter() - clock.t0
-    return st
+    return SuperbatchStream(sampler, features, trainer, seeds, labels, budget, spill, superbatch=superbatch,
+                            first_index=first_index).run(len(seeds))
 
 
 _DONE = object()

@@ -31,7 +31,7 @@ from labkit.core.memory import BudgetExceeded, MemoryBudget, check_budget, fmt_b
 from labkit.core.progress import progress_bar
 from labkit.disk import plans
 from labkit.disk.iocache import BeladyFeatureCache
-from labkit.disk.pipeline import RunStats, run_pipelined, run_serial, run_superbatch
+from labkit.disk.pipeline import RunStats, SuperbatchStream, run_pipelined, run_serial, run_superbatch
 from labkit.disk.sampler import NeighborSampler, SampledBatch, batch_seeds, check_seeds
 from labkit.disk.spill import SampleSpill
 from labkit.disk.store import DiskFeatures, DiskTopology, IOPolicy, MemoryFeatures, MemoryTopology
@@ -283,6 +283,21 @@ class DiskGNN:
         return run_pipelined(self.sampler, self.features, self.trainer, seeds, self.labels, self.budget,
                              depth=self.pipeline_depth, slot_bytes=self.slot_bytes, first_index=first_index,
                              samplers=self.samplers, group=self.group)
+
+    def stream(self, seeds: list[np.ndarray], *, first_index: int = 0,
+               indices: list[int] | None = None) -> SuperbatchStream:
+        """ginex only: its schedule over `seeds` as a stream, trained a few mini-batches per ``run(k)``.
+
+        A superbatch (``self.superbatch`` mini-batches, up to one epoch's) then spans calls, as
+        Ginex's do over an epoch: :class:`~labkit.disk.pipeline.SuperbatchStream`.
+        """
+        if self.name != "ginex":
+            raise bad_value("system", self.name, "ginex (only Ginex trains from a spilled superbatch)")
+        check_range("superbatch", self.superbatch, 1, integer=True)
+        seeds = [check_seeds(f"seeds[{k}]", s, self.topology.indptr.size - 1) for k, s in enumerate(seeds)]
+        return SuperbatchStream(self.sampler, self.features, self.trainer, seeds, self.labels, self.budget,
+                                self.spill, superbatch=int(self.superbatch), first_index=first_index,
+                                indices=indices)
 
     def reset_counters(self) -> None:
         for s in (self.topology, self.features):
