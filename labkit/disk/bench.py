@@ -57,33 +57,34 @@ CLAIMS = [
 #: measured best split from run to run) and the PyG-on-mmap anchor's mini-batches per group
 #: (it takes seconds per batch).
 #:
-#: The tuner's budgets at small, 30% and 45% of the dataset's bytes, were chosen from a sweep of
-#: splits 0 to 1 at budgets of 15% to 60% (TUNER_BUDGETS_NOTE): at 15% (the main budget) the
-#: recorded measured time rises monotonically with the topology share (0.37, 0.41, 0.49, 0.60,
-#: 0.73 s per mini-batch at 0 .. 1), so the best split is 0, on the boundary, and any tuner that
-#: gives the topology nothing has a gap of 0. At 30% the feature cache serves 95% of rows at split 0
-#: and the sampling stage (topology reads) sets the pace; the tuner's curve from the pre-sampled
-#: batches falls to its lowest near 0.2-0.3 and rises past 0.4; at 45% it is lowest and flat from
-#: 0.2 to 0.5. The sweep (0, 0.25, 0.5, 0.75) brackets both, and the bench records whether the
-#: best measured split is inside it (disk.tuner.b0/b1.best_interior).
+#: The tuner's budgets at small, 30% and 60% of the dataset's bytes, were chosen from a measured
+#: sweep (splits 0, 0.25, 0.5, 0.75; 2 interleaved rounds of 16 mini-batches; median s per
+#: mini-batch, on a quiet 2-core VM): at 15% (the main budget) the recorded sweep rises
+#: monotonically with the topology share (0.37, 0.41, 0.49, 0.60, 0.73 at 0 .. 1), so the best
+#: split is 0, on the boundary, and any tuner that gives the topology nothing has a gap of 0; at
+#: 22%: 0.27, 0.35, 0.44, 0.60 (boundary again); at 30%: 0.32, 0.29, 0.30, 0.53 (best 0.25,
+#: inside); at 45%: 0.230, 0.227, 0.257, 0.401 (0.25 by 1%, within noise); at 60%: 0.25, 0.25,
+#: 0.24, 0.34 (best 0.5, inside). Past about a quarter of the graph the feature cache already
+#: holds the rows most batches touch and caching neighbour lists too pays. The bench records
+#: whether the best measured split is inside the sweep in each run (disk.tuner.b0/b1.best_interior).
 SETTINGS = {"ci": {"per_call": 1, "repeats": 5, "max_rounds": 6, "fraction": 2.0, "superbatches": (1, 4, 0),
                    "tuner_fractions": (2.0, 1.0), "sweep_per_call": 1, "sweep_repeats": 5,
                    "sweep": (0.0, 0.5, 1.0)},
             "small": {"per_call": 16, "repeats": 5, "max_rounds": 7, "fraction": 0.15,
                       "superbatches": (4, 16, 64, 0), "pyg_rounds": 2, "pyg_per_call": 8,
-                      "tuner_fractions": (0.30, 0.45), "sweep_per_call": 16, "sweep_repeats": 5,
+                      "tuner_fractions": (0.30, 0.60), "sweep_per_call": 16, "sweep_repeats": 5,
                       "sweep": (0.0, 0.25, 0.5, 0.75)},
             "large": {"per_call": 16, "repeats": 5, "max_rounds": 7, "fraction": 0.15,
                       "superbatches": (4, 16, 64, 0), "pyg_rounds": 2, "pyg_per_call": 8,
-                      "tuner_fractions": (0.30, 0.45), "sweep_per_call": 16, "sweep_repeats": 5,
+                      "tuner_fractions": (0.30, 0.60), "sweep_per_call": 16, "sweep_repeats": 5,
                       "sweep": (0.0, 0.25, 0.5, 0.75)}}
 
 #: How the tuner's budgets were chosen (said in the bench's notes).
-TUNER_BUDGETS_NOTE = ("at the small profile the two budgets, 30% and 45% of the dataset's bytes, were chosen from "
-                      "a sweep of splits at budgets of 15% to 60%: at 15% (the main budget) the measured time rises "
-                      "with the topology share, so the best split is 0, on the boundary, and the gap there says "
-                      "nothing; at 30% and 45% the feature cache already holds the hottest rows and the tuner's "
-                      "model puts the best split inside the sweep (at ci the two budgets only exercise the mechanism)")
+TUNER_BUDGETS_NOTE = ("at the small profile the two budgets, 30% and 60% of the dataset's bytes, were chosen from "
+                      "a measured sweep of splits at budgets of 15% to 60%: at 15% (the main budget) and 22% the "
+                      "time rises with the topology share, so the best split is 0, on the boundary, and a gap there "
+                      "says nothing; at 30% and 60% the best measured split lay inside the sweep (at ci the two "
+                      "budgets only exercise the mechanism)")
 
 
 def _cpu_seconds() -> float:
@@ -207,10 +208,14 @@ def _ginex_names(st: dict, epoch: int) -> dict[str, int]:
 
 def _compare(b: Bench, model: str, names: list[str], st: dict):
     calls = st["max_rounds"] + 1  # the warm-up, the timed rounds, and room for added ones
-    ds, cfg, budget_bytes, pseeds, seeds = workload(b.profile, model, calls * st["per_call"],
-                                                    budget_fraction=st["fraction"])
-    groups = [seeds[i * st["per_call"]:(i + 1) * st["per_call"]] for i in range(calls)]
+    k = st["per_call"]
+    ds, cfg, budget_bytes, pseeds, seeds = workload(b.profile, model, calls * k, budget_fraction=st["fraction"])
     epoch = epoch_batches(ds, cfg)
+    if "ginex" in names and epoch > len(seeds):
+        # Ginex's epoch-long superbatch samples a whole epoch ahead, past the mini-batches the rounds
+        # train: the same seeds, continued (the list's prefix does not depend on its length).
+        seeds = workload(b.profile, model, epoch, budget_fraction=st["fraction"], full_verify=False)[4]
+    groups = [seeds[i * k:(i + 1) * k] for i in range(-(-len(seeds) // k))]
     b.log(f"{model}: budget {fmt_bytes(budget_bytes)} ({st['fraction']:.0%} of {ds.name}/{ds.profile}); presampling")
     pre = presample(ds, cfg, pseeds, MemoryBudget(budget_bytes))
     b.record(f"disk.{model}.presample_s", pre.seconds)

@@ -67,6 +67,8 @@ def test_bench_ci_measures_every_claim():
         g = f"disk.sage.ginex_sb{s}"
         assert r[g + ".spill_mib_read"] > 0 and r[g + ".spill_mib_written_per_batch"] > 0 and r[g + ".phase_batches"] > 0
         assert r[g + ".epoch_s"] >= r[g + ".setup_s"] > 0
+    # the epoch-long superbatch really sampled (and spilled) an epoch's mini-batches ahead
+    assert r[f"disk.sage.ginex_sb{max(sizes)}.phase_batches"] >= E
     best = int(r["disk.sage.ginex.best_superbatch"])
     assert r[f"disk.sage.ginex_sb{best}.epoch_s"] == min(r[f"disk.sage.ginex_sb{s}.epoch_s"] for s in sizes)
     assert any(n_.startswith("disk.speedup_ginex: Ginex samples each superbatch") for n_ in rep.notes)
