@@ -439,6 +439,7 @@ class Bench:
         self._t0 = time.perf_counter()
         self._started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
         self._ticks0 = cpu_ticks()
+        self._source = source_info()  # the code as it was when the run began
         # id(comparison) -> what more_rounds needs to run it again (contenders, calls per sample, memory)
         self._rerun: dict[int, tuple[dict, dict, bool]] = {}
 
@@ -678,7 +679,7 @@ class Bench:
         return BenchReport(self.system, self.profile, machine, dict(self.results),
                            list(self.claims.values()), list(self.comparisons), self._started,
                            time.perf_counter() - self._t0, list(self.notes), self.title, os.getpid(),
-                           source_info())
+                           dict(self._source))
 
 
 def write_json(report: BenchReport | list[BenchReport], path: str, *, overwrite: bool = True) -> None:
