@@ -51,3 +51,12 @@ def test_the_default_profile_is_lab(path):
     nb = json.loads(path.read_text())
     params = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
     assert re.search(r'^PROFILE\s*=\s*"lab"', "".join(params["source"]), re.M), f"{path.name}: PROFILE is not 'lab'"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_text_quotes_no_number_a_record_can_change(path):
+    """Every markdown cell, collapsed caveats included: measured numbers come from records or live runs."""
+    from tests.notebook_rules import unattributed_numbers
+    nb = json.loads(path.read_text())
+    found = [s for c in nb["cells"] if c["cell_type"] == "markdown" for s in unattributed_numbers("".join(c["source"]))]
+    assert not found, f"{path.name}: numbers a record can change, in prose: {found}"

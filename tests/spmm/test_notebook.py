@@ -54,22 +54,7 @@ def test_flash_llm_notebook():
     assert m["dashboard_samples"] >= 1
 
 
-# No text of the notebook may quote a number a record can change (issue 29): a measured speedup,
-# rate or crossover belongs in a code cell that reads the record or measures live. The paper's own
-# figures and the byte bound (a formula of the sparsity) may be quoted, in a sentence that says so.
-#: a speedup ("2.1x", "0.8 x" is not: "7168 x 7168" is a shape), any decimal, a rate, or where dense wins
-MEASURED = re.compile(r"\b\d+(?:\.\d+)?[x\u00d7](?![\w])|\b\d+\.\d+\b|\b\d+(?:\.\d+)?\s*(?:GB/s|tok(?:en)?s/s|ms)\b"
-                      r"|\b(?:ahead|wins?|overtakes?|crossover)\b[^.;]*?\bN\s*=\s*\d+")
-#: what makes a sentence the paper's (or the formula's) rather than this lab's measurement
-ATTRIBUTED = re.compile(r"\bpaper\b|\bA100\b|\bFlash-LLM\b|\bbyte bound\b", re.I)
-
-
-def unattributed_numbers(text: str) -> list[str]:
-    """The sentences of `text` that quote a measurable number without naming the paper or the byte bound."""
-    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", text))
-    text = re.sub(r"\b1(?:\.0+)?[x\u00d7](?!\w)", "parity", text)   # "holds 1.0x": no speedup, not a measurement
-    sentences = re.split(r"(?<=[.!?:])\s+(?=[A-Z*`(])", text)
-    return [s for s in sentences if MEASURED.search(s) and not ATTRIBUTED.search(s)]
+from tests.notebook_rules import unattributed_numbers  # noqa: E402  (the rule every notebook keeps)
 
 
 def test_notebook_text_quotes_no_number_a_record_can_change():
