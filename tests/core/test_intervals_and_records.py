@@ -157,6 +157,20 @@ def test_source_info_names_the_commit_and_ignores_records(monkeypatch):
     if src["commit"] is None:
         pytest.skip("not a git clone")
     assert len(src["commit"]) == 40 and isinstance(src["dirty"], bool)
+    # Recording writes records/ and BENCHMARKS.md: those alone must not mark the next bench's code dirty.
+    import subprocess
+    seen = []
+    real = subprocess.run
+
+    def spy(cmd, *a, **kw):
+        seen.append(cmd)
+        if "status" in cmd:
+            ignored = {x for x in cmd if x.startswith(":!")}
+            out = "" if ignored >= {f":!{bench_mod.RECORDS_DIR}", ":!BENCHMARKS.md"} else " M records/x.json\n"
+            return subprocess.CompletedProcess(cmd, 0, out, "")
+        return real(cmd, *a, **kw)
+    monkeypatch.setattr(subprocess, "run", spy)
+    assert bench_mod.source_info()["dirty"] is False and any("status" in c for c in seen)
 
 
 def test_the_committed_benchmarks_file_is_the_rendering_of_the_committed_records(tmp_path):
