@@ -90,7 +90,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
     if args.json:
         _output("--json", args.json, replace=args.force)
     if args.record:
-        from labkit.core.bench import update_benchmarks_md
+        from labkit.records import update_benchmarks_md
         _output("--record", args.record, markdown=True)
         # A file that is not a benchmarks file (a README) is refused unless --force; nothing is written yet.
         update_benchmarks_md(args.record, sections=[], force=args.force, arg="--record")
@@ -308,7 +308,7 @@ def _bench(args: argparse.Namespace) -> int:
     print(report.to_markdown())
     json_ok = _write_json(args, report) if args.json else True
     if args.record:
-        from labkit.core.bench import record
+        from labkit.records import record
         paths: list = []
         _write("--record", args.record,
                lambda: paths.extend(record(report, args.record, force=args.force, arg="--record")))
@@ -394,7 +394,8 @@ def _stop_child(child, signum: int = signal.SIGINT, grace_s: float = 60.0) -> No
 
 def _reproduce(args: argparse.Namespace) -> int:
     from labkit import catalog
-    from labkit.core.bench import Claim, claims_markdown, claims_summary, record
+    from labkit.core.bench import Claim, claims_markdown, claims_summary
+    from labkit.records import record
     names = list(catalog.NAMES)
     if args.only is not None:
         names = list(dict.fromkeys(n.strip() for n in args.only.split(",") if n.strip()))

@@ -103,9 +103,9 @@ class RecordedClaims:
     @property
     def rows(self) -> list[dict]:
         """One dict per claim (system, id, claim, paper, measured, target, verdict, kind), measured ones first."""
-        from labkit.core.bench import _fmt_claim
+        from labkit.core.bench import fmt_claim
         order = [c for c in self.claims if c.kind == "measured"] + [c for c in self.claims if c.kind == "modelled"]
-        return [dict(system=self.owner.get(c.id, ""), **_fmt_claim(c)) for c in order]
+        return [dict(system=self.owner.get(c.id, ""), **fmt_claim(c)) for c in order]
 
     def _repr_markdown_(self) -> str:
         return self.markdown
@@ -154,8 +154,8 @@ def recorded_claims(path: str | None = None) -> RecordedClaims:
 
     Raises ValueError naming the folder when it holds no record at that profile.
     """
-    from labkit.core.bench import _title, load_records, records_dir
     from labkit import catalog
+    from labkit.records import load_records, records_dir, system_title
     recs = {s: r for (s, p), r in load_records(path).items() if p == PROFILE}
     if not recs:
         raise ValueError(f"path={records_dir(path)!r} holds no {PROFILE}-profile record; write them with "
@@ -165,7 +165,7 @@ def recorded_claims(path: str | None = None) -> RecordedClaims:
     for s in sorted(recs, key=lambda s: (order.get(s, len(order)), s)):
         for c in recs[s].claims:
             claims.append(c)
-            owner[c.id] = _title(s, recs[s])
+            owner[c.id] = system_title(s, recs[s])
     return RecordedClaims(claims, owner, records_dir(path))
 
 

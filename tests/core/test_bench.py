@@ -3,7 +3,8 @@ import time
 
 import pytest
 
-from labkit.core.bench import Bench, BenchReport, Claim, claims_markdown, update_benchmarks_md, write_json
+from labkit.core.bench import Bench, BenchReport, Claim, claims_markdown, write_json
+from labkit.records import update_benchmarks_md
 
 
 def test_compare_interleaves_and_ratios(monkeypatch):
@@ -157,7 +158,7 @@ def test_claims_section_goes_to_the_top(tmp_path):
 
 def test_recorded_reads_back_what_the_harness_wrote(tmp_path):
     """A notebook's "recorded" table is the harness's own section of BENCHMARKS.md, misses explained."""
-    from labkit.core.bench import recorded
+    from labkit.records import recorded
     claims = [Claim("spmm.fast", "fast enough", "2x", 1.5), Claim("spmm.slow", "also fast", "3x", 3.0),
               Claim("spmm.gpu", "on a GPU", "1.7x", 1.5)]
     b = Bench("spmm", "small", claims, progress=False)
@@ -168,7 +169,7 @@ def test_recorded_reads_back_what_the_harness_wrote(tmp_path):
     with pytest.raises(KeyError, match=r"claim='spmm\.nope' is not declared for spmm"):
         b.note("about nothing", claim="spmm.nope")
     md = tmp_path / "B.md"
-    from labkit.core.bench import record
+    from labkit.records import record
     record(b.report(), str(md))
     r = recorded("spmm", "small", path=str(md))
     assert [(c["id"], c["measured"], c["verdict"]) for c in r.claims] == [
@@ -287,7 +288,7 @@ def test_update_benchmarks_md_refuses_a_file_that_is_not_a_benchmarks_file(tmp_p
     "{b_spmm}\na\n{e_spmm}\n{b_spmm}\nb\n{e_spmm}\n\nMy notes\n",     # the same section twice
 ])
 def test_record_refuses_a_file_whose_markers_are_broken_and_leaves_it_alone(tmp_path, broken):
-    from labkit.core.bench import BEGIN, END
+    from labkit.records import BEGIN, END
     marks = {f"{x}_{k}": f.format(key=f"{k}:small") for x, f in (("b", BEGIN), ("e", END)) for k in ("spmm", "graph")}
     p = tmp_path / "BENCHMARKS.md"
     text = "# Benchmarks\n\n" + broken.format(**marks)

@@ -357,7 +357,8 @@ def test_data_make_says_when_it_kept_a_valid_copy(tmp_path):
 def test_reproduce_only_keeps_the_other_systems_records(tmp_path, monkeypatch):
     """`reproduce --only X --record` writes X's record; the other systems' records, and so their rows in
     the rendered claims table, stay as they were."""
-    from labkit.core.bench import Bench, Claim, write_record
+    from labkit.core.bench import Bench, Claim
+    from labkit.records import write_record
 
     def bench(b):
         b.measure("toyonly.speedup", 2.5)

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import labkit.core.bench as bench_mod
-from labkit.core.bench import Bench, Claim, claims_markdown, claims_summary, record, recorded, render_benchmarks
+import labkit.records as records_mod
+from labkit.core.bench import Bench, Claim, claims_markdown, claims_summary
+from labkit.records import record, recorded, render_benchmarks
 from labkit.core.spread import geomean_spread, spread
 
 
@@ -176,7 +178,7 @@ def test_source_info_names_the_commit_and_ignores_records(monkeypatch):
 def test_the_committed_benchmarks_file_is_the_rendering_of_the_committed_records(tmp_path):
     """BENCHMARKS.md is never typed: rendering the committed records reproduces it byte for byte."""
     import shutil
-    root = os.path.dirname(bench_mod._benchmarks_path())
+    root = os.path.dirname(records_mod._benchmarks_path())
     shutil.copytree(os.path.join(root, "records"), tmp_path / "records")
     shutil.copy(os.path.join(root, "BENCHMARKS.md"), tmp_path / "BENCHMARKS.md")
     want = (tmp_path / "BENCHMARKS.md").read_text()
@@ -192,7 +194,7 @@ def test_an_inconclusive_claim_says_why_beside_it():
 
 def test_every_committed_miss_and_inconclusive_claim_has_its_reason():
     """The claims table explains each miss in one sentence: a note that names the claim, from the bench."""
-    from labkit.core.bench import load_records
+    from labkit.records import load_records
     recs = load_records()
     if not recs:
         pytest.skip("no records committed yet")

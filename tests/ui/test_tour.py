@@ -10,7 +10,8 @@ from labkit.core.metrics import markdown_table_html
 def _records(tmp_path):
     """Two systems' records beside tmp_path/BENCHMARKS.md: a pass, a miss, an inconclusive, a GPU claim not
     measured and a modelled claim."""
-    from labkit.core.bench import Bench, Claim, write_record
+    from labkit.core.bench import Bench, Claim
+    from labkit.records import write_record
     md = str(tmp_path / "BENCHMARKS.md")
     s = Bench("spmm", "small", [Claim("spmm.a", "a < b", "2x", 2.0), Claim("spmm.gpu", "on a GPU", "1.7x", 1.5),
                                 Claim("spmm.c", "close call", "2x", 2.0)], progress=False)
