@@ -22,7 +22,8 @@ import numpy as np
 
 from labkit.core.buffers import BufferPool
 from labkit.core.datasets import Dataset
-from labkit.core.directio import PAGE, SWEEP, DirectFile, DiskModel, extent_pages
+from labkit.core.directio import PAGE, SWEEP, DirectFile, extent_pages
+from labkit.disk.costmodel import DiskModel
 from labkit.core.errors import check_choice
 from labkit.core.memory import MemoryBudget
 from labkit.disk.iocache import BeladyFeatureCache, FeatureCache, TopologyCache, assemble_lists

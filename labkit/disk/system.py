@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from labkit.core.datasets import Dataset, open_dataset
-from labkit.core.directio import DiskModel
+from labkit.disk.costmodel import DiskModel
 from labkit.core.errors import bad_value, check_choice, check_range, check_seed
 from labkit.core.machine import cores as machine_cores
 from labkit.core.machine import release_free_memory

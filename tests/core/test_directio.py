@@ -12,9 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.core import directio
-from labkit.core.directio import (PAGE, SWEEP, DirectFile, DirectIOUnsupported, DiskModel, extent_pages,
-                                  probe_direct)
+from labkit.core.directio import PAGE, SWEEP, DirectFile, DirectIOUnsupported, extent_pages, probe_direct
+from labkit.core.directio import file as dfile
 from labkit.core.errors import LabkitError
 from labkit.core.memory import BudgetExceeded, MemoryBudget
 
@@ -148,23 +147,6 @@ def test_bad_input(blob):
         f.read_extents(np.array([0, SIZE - 10]), np.array([8, 20]))
 
 
-def test_disk_model_prefers_sweep_for_dense_pages():
-    m = DiskModel(seconds_per_request=80e-6, bytes_per_second=1e9)
-    dense = np.arange(0, 10000, 1, dtype=np.int64)[::2]  # every other page
-    sparse = np.arange(0, 10_000_000, 100_000, dtype=np.int64)
-    assert m.best_gap(dense)[2] in ("sweep", "coalesced")
-    assert m.best_gap(sparse)[2] == "random"
-    assert m.break_even_gap == int(80e-6 * 1e9 // PAGE)
-
-
-def test_disk_model_fit(blob):
-    path, _ = blob
-    with _open(path) as f:
-        m = DiskModel.fit(f, requests=32, sweep_bytes=16 * PAGE)
-        assert m.seconds_per_request > 0 and m.bytes_per_second > 0
-        assert f.counters.requests == 0  # calibration is not counted as workload
-
-
 def test_long_extent_is_split(blob):
     path, data = blob
     with _open(path) as f:  # requests hold at most 8 pages; this extent spans 40
@@ -221,7 +203,7 @@ def test_failed_construction_gives_everything_back(blob, monkeypatch):
     def no_pool(*a, **k):
         raise OSError("cannot start threads")
 
-    monkeypatch.setattr(directio, "ThreadPoolExecutor", no_pool)  # fails after the fd is open
+    monkeypatch.setattr(dfile, "ThreadPoolExecutor", no_pool)  # fails after the fd is open
     with pytest.raises(OSError, match="cannot start threads"):
         _open(path, budget=b)
     assert _open_fds() == n0 and b.used == 0
@@ -299,7 +281,7 @@ def test_failed_streamed_read_stops_its_threads_first(blob, monkeypatch, exc):
 
     with _open(path, queue_depth=4, engine="threads") as f:
         f.direct = True  # the streamed path, whatever the disk here supports (the fd is not used)
-        monkeypatch.setattr(directio, "_pread_copy", pread_copy)
+        monkeypatch.setattr(dfile, "_pread_copy", pread_copy)
         _assert_nothing_writes_after(f, lag, exc, np.zeros(400, np.uint8))
         monkeypatch.undo()
         f.direct = probe_direct(path)
@@ -323,7 +305,7 @@ def test_failed_wave_read_stops_its_threads_first(blob, monkeypatch, exc):
 
     with _open(path, queue_depth=4) as f:
         f.direct = False  # the page-cache fallback's waves, read from Python
-        monkeypatch.setattr(directio.os, "preadv", preadv)
+        monkeypatch.setattr(os, "preadv", preadv)
         out = np.zeros(400, np.uint8)
         with pytest.raises(exc, match="request failed"):
             f.read_extents(_PAGES, np.full(4, 100, np.int64), out)
@@ -350,7 +332,7 @@ def test_close_waits_for_a_read_in_progress(blob, monkeypatch):
 
     f = _open(path, queue_depth=1, engine="threads")  # one request: the read runs on the caller's thread, not the pool's
     f.direct = True
-    monkeypatch.setattr(directio, "_pread_copy", pread_copy)
+    monkeypatch.setattr(dfile, "_pread_copy", pread_copy)
 
     def reader():
         try:
@@ -376,7 +358,7 @@ def test_close_inside_a_read_is_refused(blob, monkeypatch):
         f.close()  # e.g. from a signal handler on the reading thread: must not pull the fd away
         return -1
 
-    monkeypatch.setattr(directio, "_pread_copy", pread_copy)
+    monkeypatch.setattr(dfile, "_pread_copy", pread_copy)
     with pytest.raises(RuntimeError, match="inside a read"):
         f.read_extents(np.array([0]), np.array([10]))
     monkeypatch.undo()
@@ -431,7 +413,7 @@ def test_finalizing_never_waits_for_a_lock_held_elsewhere(blob, monkeypatch, how
         if how == "__del__":
             f.__del__()
         else:
-            monkeypatch.setattr(directio.sys, "is_finalizing", lambda: True)
+            monkeypatch.setattr(dfile.sys, "is_finalizing", lambda: True)
             f.close()
         # It returned while the frozen thread still held the lock (so it did not wait for the lock
         # to be let go), and it never tried a wait on the lock (not even a bounded one).
@@ -457,12 +439,12 @@ def test_ring_requests_that_fail_are_read_again(blob, monkeypatch):
     mark their runs bad; each is read again with pread, so the caller still gets every byte."""
     path, data = blob
     _need("io_uring", path)
-    real = directio._Ring.read
+    real = dfile._Ring.read
 
     def bad_fd(self, fd, *a):
         return real(self, 1 << 20, *a)
     with _open(path, queue_depth=4, engine="io_uring") as f:
-        monkeypatch.setattr(directio._Ring, "read", bad_fd)
+        monkeypatch.setattr(dfile._Ring, "read", bad_fd)
         got = f.read_rows(_ROWS, 512)
         assert np.array_equal(got, data.reshape(-1, 512)[_ROWS])
         assert f.engine == "io_uring"  # a failed request is not a failed ring
@@ -495,10 +477,10 @@ def test_engine_choice_and_refusal(blob, monkeypatch):
     def refused(self, entries, staging):
         self.fd = -1
         raise OSError(1, "io_uring_setup: Operation not permitted")
-    monkeypatch.setattr(directio._Ring, "__init__", refused)
+    monkeypatch.setattr(dfile._Ring, "__init__", refused)
     with DirectFile(path) as f:  # auto: the threads, said so
         assert f.engine == "threads"
-    with pytest.raises(directio.LabkitError, match="engine='io_uring' is not available here"):
+    with pytest.raises(LabkitError, match="engine='io_uring' is not available here"):
         DirectFile(path, engine="io_uring")
     monkeypatch.undo()
     monkeypatch.setenv("LABKIT_IO_ENGINE", "threads")
@@ -534,7 +516,7 @@ def test_a_ring_that_cannot_read_the_file_is_not_used(blob, monkeypatch):
         assert f.engine == "threads" and f._ring is None
         assert len(os.listdir("/proc/self/fd")) == n0 + 1  # the file only: the ring was closed
         assert np.array_equal(f.read_rows(_ROWS, 512), data.reshape(-1, 512)[_ROWS])
-    with pytest.raises(directio.LabkitError, match="engine='io_uring' is not available here"):
+    with pytest.raises(LabkitError, match="engine='io_uring' is not available here"):
         DirectFile(path, engine="io_uring")
     assert len(os.listdir("/proc/self/fd")) == n0
 

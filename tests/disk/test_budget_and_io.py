@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from labkit.core.datasets import get_spec
-from labkit.core.directio import PAGE, DiskModel, probe_direct
+from labkit.core.directio import PAGE, probe_direct
+from labkit.disk.costmodel import DiskModel
 from labkit.core.memory import MemoryBudget
 from labkit.disk import plans
 from labkit.disk.store import DiskFeatures, DiskTopology, IOPolicy, MemoryFeatures, MemoryTopology
