@@ -42,15 +42,32 @@ def entry(name: str) -> Entry:
     return next(e for e in CATALOG if e.name == name)
 
 
+def _import_if_built(module: str) -> bool:
+    """Import `module`; False when it does not exist yet (a system not built, or one without it)."""
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        # Only "this module does not exist" means not built; a missing dependency inside a built
+        # system is a real error.
+        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+            return False
+        raise
+    return True
+
+
 def load(name: str) -> System | None:
     """Import system `name`'s bench (which registers it) and return it; None if not built yet."""
     e = entry(name)
-    try:
-        importlib.import_module(e.module)
-    except ModuleNotFoundError as exc:
-        # Only "this system's bench does not exist yet" means not built; a missing dependency
-        # inside a built system is a real error.
-        if exc.name and (e.module == exc.name or e.module.startswith(exc.name + ".")):
-            return None
-        raise
+    if not _import_if_built(e.module):
+        return None
     return registered().get(name)
+
+
+def import_datasets() -> None:
+    """Import every system's ``datasets`` module, so its datasets register themselves.
+
+    Installed into :mod:`labkit.core.hooks` by ``labkit/__init__.py``: core finds the systems'
+    datasets without naming a system.
+    """
+    for e in CATALOG:
+        _import_if_built(e.module.rsplit(".", 1)[0] + ".datasets")

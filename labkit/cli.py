@@ -446,7 +446,7 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 def _data(args: argparse.Namespace) -> int:
     from labkit.core.datasets import DatasetError, dataset_dir, list_datasets, make_dataset, verify
-    from labkit.core.memory import fmt_bytes
+    from labkit.core.units import fmt_bytes
     if args.data_cmd == "list":
         specs = list_datasets()
         if not specs:

@@ -80,15 +80,9 @@ def get_spec(name: str) -> DatasetSpec:
 
 
 def _discover() -> None:
-    """Import each system's `datasets` module so its datasets register themselves."""
-    import importlib
-    import pkgutil
-
-    import labkit
-    for mod in pkgutil.iter_modules(labkit.__path__):
-        if mod.ispkg and mod.name not in ("core", "ui"):
-            with contextlib.suppress(ModuleNotFoundError):
-                importlib.import_module(f"labkit.{mod.name}.datasets")
+    """Have the systems' datasets register themselves, through the hook the layers above installed."""
+    from labkit.core.hooks import discover_datasets
+    discover_datasets()
 
 
 def data_root() -> Path:
@@ -474,7 +468,7 @@ def make_dataset(name: str, profile: str = "ci", *, root: str | Path | None = No
             with contextlib.suppress(OSError):
                 os.rename(old, final)
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            from labkit.core.memory import fmt_bytes
+            from labkit.core.units import fmt_bytes
             kept = "the copy that was there is kept" if final.exists() else "nothing was kept"
             raise DatasetError(f"building {name}/{profile} ran out of disk space under {final.parent} "
                                f"({fmt_bytes(shutil.disk_usage(final.parent).free)} free once the partial build "

@@ -124,7 +124,7 @@ def require_memory(what: str, need: int, *, available: int | None = None, hint: 
     what to do instead.
     """
     from labkit.core.errors import LabkitError
-    from labkit.core.memory import fmt_bytes
+    from labkit.core.units import fmt_bytes
     avail = available_memory_bytes() if available is None else int(available)
     if need > avail:
         raise LabkitError(f"{what} needs about {fmt_bytes(need)} of memory; this machine has {fmt_bytes(avail)} "
