@@ -34,7 +34,9 @@ Two engines issue the requests. ``io_uring`` (the default where the kernel allow
 compiled loop (numba, no GIL) on the reading thread keeps ``queue_depth`` reads in flight through
 an io_uring ring of its own, set up with raw system calls (no binding needed), with the staging
 buffer registered once (``IORING_OP_READ_FIXED``: the kernel pins its pages once, not per
-request); it submits and reaps in batches, one ``io_uring_enter`` per round. ``threads``: a pool
+request); it submits and reaps in batches, one ``io_uring_enter`` per round, and touches the ring's
+shared heads and tails only through ``io_uring.load_acquire``/``store_release`` (liburing's memory
+ordering, as LLVM atomics). ``threads``: a pool
 of ``queue_depth`` threads, each running a compiled loop of ``pread(2)`` calls (numba calling
 libc). Both stream through slots of the staging buffer and copy each request's extents out as
 it lands. Measured on the 2-core VM this lab was built on, 13,783 random 4 KiB reads at queue
@@ -42,7 +44,8 @@ depth 16 cost about 60 ms of machine-wide CPU through the ring against about 150
 threads (a pinned buffer and a wake-up per request), at the same or a higher request rate. The
 PyPI bindings were tried first and none fits: ``liburing`` (2026.3.30) dies with SIGILL on CPUs
 without AVX-512 (its wheel's ``Ring()`` runs ``vmovups %zmm0``), and ``uring-api`` (0.1.0rc5)
-prepares and completes every request in Python, under the GIL. Where io_uring is refused
+prepares and completes every request in Python, under the GIL (so does any Python-level binding:
+the compiled loop cannot call it). Where io_uring is refused
 (``kernel.io_uring_disabled``, a seccomp filter, an old kernel), or a test read of the file's
 first page through the ring at open does not come back whole, ``engine="auto"`` uses the
 threads; ``DirectFile.engine`` says which one runs, and ``LABKIT_IO_ENGINE=threads`` (or

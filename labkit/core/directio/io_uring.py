@@ -10,10 +10,55 @@ import os
 
 import numba
 import numpy as np
+from numba import types
+from numba.extending import intrinsic
 
 from labkit.core.directio.planning import PAGE, _copy_run
 from labkit.core.directio.pread import _libc_fn
+from labkit.core.intrinsics import item_pointer
 from labkit.core.memory import Reservation
+
+
+# -- memory ordering on the shared ring indices ----------------------------------------------------
+# The rings are memory the kernel writes while we read them: completions land (CQEs, then the CQ
+# tail) from whatever context finishes the I/O, on any CPU. liburing's rule, kept here: the kernel's
+# indices (SQ head, CQ tail) are read with acquire, so the CQEs (and the staging bytes they report)
+# read after a tail are the ones it published; ours (SQ tail, CQ head) are written with release, so
+# the SQEs are complete before the kernel sees the tail move past them, and a CQE has been read
+# before the kernel sees its slot free. Plain numpy loads and stores give no such promise: LLVM may
+# reorder or cache them. These two are LLVM atomics (``load atomic ... acquire``, ``store atomic
+# ... release`` on an aligned 32-bit index): on x86-64 (TSO) a plain ``mov`` the compiler keeps in
+# order, on aarch64 ``ldar``/``stlr``, on any other target what LLVM emits for C11 atomics. Every
+# access to a ring's head or tail goes through them, our own indices' reads included (one rule,
+# free on x86-64, cheap beside a system call elsewhere).
+
+@intrinsic
+def load_acquire(typingctx, arr, i):
+    """arr[i] of a 1-d uint32 array, loaded with acquire ordering (io_uring_smp_load_acquire)."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype == types.uint32
+            and isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        ptr = item_pointer(context, builder, sig.args[0], ary, [context.cast(builder, args[1], sig.args[1], types.intp)])
+        return builder.load_atomic(ptr, "acquire", 4)
+    return types.uint32(arr, i), codegen
+
+
+@intrinsic
+def store_release(typingctx, arr, i, v):
+    """Set arr[i] of a 1-d uint32 array to v with release ordering (io_uring_smp_store_release)."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype == types.uint32
+            and isinstance(i, types.Integer) and isinstance(v, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        ptr = item_pointer(context, builder, sig.args[0], ary, [context.cast(builder, args[1], sig.args[1], types.intp)])
+        builder.store_atomic(context.cast(builder, args[2], sig.args[2], types.uint32), ptr, "release", 4)
+        return context.get_dummy_value()
+    return types.void(arr, i, v), codegen
 
 
 # -- io_uring, through raw system calls ------------------------------------------------------------
@@ -36,8 +81,8 @@ if _syscall is not None and _sched_yield is not None:
                     staging, ext_ptr, ext_list, ext_off, lengths, dst, out):
         """Take every completion in the ring: copy its run's extents out (or mark the run bad), free its
         slot. Return (completions taken, free slots now)."""
-        head = np.int64(cq[cqh])
-        tail = np.int64(cq[cqt])
+        head = np.int64(load_acquire(cq, cqh))
+        tail = np.int64(load_acquire(cq, cqt))  # the CQEs up to it are read after it
         got = 0
         while head != tail:
             j = cqe0 + (head & cq_mask) * 4
@@ -53,7 +98,7 @@ if _syscall is not None and _sched_yield is not None:
             nfree += 1
             head = (head + 1) & 0xFFFFFFFF
             got += 1
-        cq[cqh] = head
+        store_release(cq, cqh, head)  # every CQE taken is read before the kernel may reuse its slot
         return got, nfree
 
     @numba.njit(nogil=True)
@@ -72,9 +117,9 @@ if _syscall is not None and _sched_yield is not None:
         nxt = 0
         done = 0
         fails = 0
-        head0 = np.int64(sq[sqh])
+        head0 = np.int64(load_acquire(sq, sqh))
         while done < n:
-            tail = np.int64(sq[sqt])
+            tail = np.int64(load_acquire(sq, sqt))
             while nfree > 0 and nxt < n:
                 nfree -= 1
                 s = free[nfree]
@@ -91,10 +136,9 @@ if _syscall is not None and _sched_yield is not None:
                 sq[sqa + idx] = idx
                 tail = (tail + 1) & 0xFFFFFFFF
                 nxt += 1
-            sq[sqt] = tail
-            # Submit what the kernel has not taken yet and wait for at least one completion. The call
-            # is opaque to the compiler, so the ring's tails are re-read after it, never cached.
-            pending = (tail - np.int64(sq[sqh])) & 0xFFFFFFFF
+            store_release(sq, sqt, tail)  # the SQEs and array slots above are whole before the kernel sees it
+            # Submit what the kernel has not taken yet and wait for at least one completion.
+            pending = (tail - np.int64(load_acquire(sq, sqh))) & 0xFFFFFFFF
             if _syscall(_SYS_ENTER, ring_fd, pending, 1, _ENTER_GETEVENTS, 0, 0) < 0:
                 fails += 1
                 if fails >= _ENTER_RETRIES:
@@ -107,8 +151,8 @@ if _syscall is not None and _sched_yield is not None:
         if done == n:
             return 0
         # Giving up: take back what the kernel has not consumed, wait for what it has.
-        head = np.int64(sq[sqh])
-        sq[sqt] = head
+        head = np.int64(load_acquire(sq, sqh))
+        store_release(sq, sqt, head)
         taken = (head - head0) & 0xFFFFFFFF
         for i in range(taken, n):
             bad[i] = 2
