@@ -7,6 +7,7 @@ import time
 import pytest
 
 from labkit import cli
+from labkit.cli import commands
 
 
 def run(*args):
@@ -297,7 +298,7 @@ def test_an_interrupted_child_bench_gets_to_clean_up(tmp_path):
     machine, or run with SIGINT ignored as a background job is, the clean-up file never came)."""
     import signal
 
-    from labkit.cli import _stop_child
+    from labkit.cli.commands import stop_child
     done, ready = tmp_path / "cleaned", tmp_path / "ready"
     # The child installs its own handler: one started from a background job inherits SIGINT ignored.
     code = ("import signal, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
@@ -305,13 +306,13 @@ def test_an_interrupted_child_bench_gets_to_clean_up(tmp_path):
             f"except KeyboardInterrupt:\n    open({str(done)!r}, 'w').write('ok')\n")
     child = subprocess.Popen([sys.executable, "-c", code], process_group=0)
     _wait_for(ready, "the child's start")
-    _stop_child(child, signal.SIGINT, grace_s=300.0)  # returns as soon as the child has exited
+    stop_child(child, signal.SIGINT, grace_s=300.0)  # returns as soon as the child has exited
     assert child.returncode == 0 and done.read_text() == "ok"
     up = tmp_path / "up"
     stuck = subprocess.Popen([sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
                               f"open({str(up)!r}, 'w').close()\ntime.sleep(600)"], process_group=0)
     _wait_for(up, "the child's start")
-    _stop_child(stuck, signal.SIGINT, grace_s=0.5)  # ignores SIGINT: its group is killed when the grace time is up
+    stop_child(stuck, signal.SIGINT, grace_s=0.5)  # ignores SIGINT: its group is killed when the grace time is up
     assert stuck.returncode == -9
 
 
@@ -438,14 +439,14 @@ def test_lab_without_a_port_serves_on_the_first_free_one_and_says_which(monkeypa
         s.bind(("127.0.0.1", 0))
         s.listen(1)
         busy = s.getsockname()[1]
-        monkeypatch.setattr(cli, "LAB_PORT", busy)
+        monkeypatch.setattr(commands, "LAB_PORT", busy)  # where `labkit lab` reads it
         ran = []
 
         def execv(path, cmd):
             ran.append(cmd)
             raise SystemExit(0)  # in place of the server: nothing is started
 
-        monkeypatch.setattr(cli.os, "execv", execv)
+        monkeypatch.setattr(os, "execv", execv)
         with pytest.raises(SystemExit):
             cli.main(["lab", "--no-browser"])
     [cmd] = ran
