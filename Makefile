@@ -16,12 +16,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(STAMP): pyproject.toml $(NODEPS) | $(BIN)/python
-	$(BIN)/python -m pip install -e ".[dev]"
+$(STAMP): pyproject.toml constraints.txt $(NODEPS) | $(BIN)/python
+	$(BIN)/python -m pip install -c constraints.txt -e ".[dev]"
 	@if [ -f requirements-nodeps.txt ]; then $(BIN)/python -m pip install --no-deps -r requirements-nodeps.txt; fi
 	touch $@
 
-install: $(STAMP)  ## create .venv and install labkit (editable, pinned) and the no-deps extras
+install: $(STAMP)  ## create .venv and install labkit (editable; exact versions from constraints.txt) and the no-deps extras
 
 lab: install  ## install, then start JupyterLab on 127.0.0.1 at notebooks/00_tour.ipynb
 	$(BIN)/labkit lab

@@ -13,7 +13,7 @@ from labkit.core.memory import fmt_bytes
 # Every runtime dependency pinned in pyproject.toml, by import name (PIL is pillow).
 _PACKAGES = ("torch", "numpy", "numba", "scipy", "pandas", "pyarrow", "torch_geometric", "plotly", "ipywidgets",
              "anywidget", "ipykernel", "jupyterlab", "papermill", "nbformat", "dask", "distributed", "psutil",
-             "tqdm", "PIL", "cryptography")
+             "tqdm", "PIL", "cryptography", "llvmlite", "tornado")
 _OPTIONAL = ("cupy", "pynvml", "playwright", "torchrec", "fbgemm_gpu")
 
 
