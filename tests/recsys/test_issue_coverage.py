@@ -10,8 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from labkit.recsys import data as rdata
-from labkit.recsys.cache import CachePlan, SlowTier
+from labkit.recsys.data import readers as rdata
+from labkit.core.cacheplan import hot_fraction
+from labkit.recsys.cache import SlowTier
 from labkit.recsys.data import (FieldSpec, SyntheticCTR, load_field_specs, make_fields, read_criteo_parquet,
                                 read_criteo_tsv, save_field_specs)
 from labkit.recsys.models import DenseArch, PerFieldEmbeddings
@@ -154,7 +155,7 @@ def test_hit_rate_counts_exactly_the_ids_served_by_the_cache_and_grows_with_cach
         test = [gen.batch(128, 100 + i) for i in range(3)]
         rates = []
         for frac in (0.0, 0.01, 0.05, 0.2, 1.0):
-            plan = CachePlan.from_fraction(counts, frac)
+            plan = hot_fraction(counts, frac)
             stage.plan_cache(plan)
             hits = ids = 0
             for b in test:
