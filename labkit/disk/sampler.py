@@ -1,13 +1,13 @@
-"""Multi-hop neighbourhood sampling over any topology store, deterministic for a seed.
+"""CaliEX's mini-batch sampling: the graph core's one sampler over a topology store, in groups.
 
-Each hop picks up to ``fanout`` distinct neighbours per frontier node with the graph core's
-kernel (:func:`labkit.graph.sampling.sample_neighbors`, Floyd's algorithm, counter-based
-draws). The draws need only the lists' lengths (``indptr``, held in RAM), so they come first
-and the store is asked only for the sampled entries (``entries``: from RAM, a cache, or disk;
-the sampler cannot tell): no neighbour list is materialised, so the sampler's working arrays
-are the size of the sample, and a hub's long list costs only the pages its sampled entries
-lie in. Draws depend on (seed, batch, hop, position in the frontier) and the frontier's order
-does not depend on the store, so a mini-batch is bit-identical whichever store served it.
+There is one sampling loop, :class:`labkit.graph.sampling.NeighborSampler`: it draws positions
+from the lists' lengths (``indptr``, held in RAM) and asks the store only for the sampled
+entries (``entries``: from RAM, a cache, or disk; the sampler cannot tell), so no neighbour list
+is materialised and a hub's long list costs only the pages its sampled entries lie in. This
+module adds what the disk system needs on top: the draw key of mini-batch `index` under the
+run's seed (so a batch is bit-identical whichever store served it, alone or in a group), the
+group mode as the I/O plan (several mini-batches' frontiers merged per hop, each page read once),
+and :class:`SampledBatch`, the pipeline's format of the one sampler's result.
 
 A :class:`SampledBatch` orders nodes by the hop they first appear in and edges by hop, which
 lets layer ``i`` of an L-layer GNN work on a prefix of both (PyG's ``trim_to_layer``).
@@ -21,9 +21,9 @@ import numpy as np
 
 from labkit.core.arrays import unique
 from labkit.core.errors import bad_value, check_range, check_seed
-from labkit.disk.store import entry_rows, lists_ptr
 from labkit.graph.csr import check_node_ids
-from labkit.graph.sampling import _sample_hop
+from labkit.graph.sampling import MultiHopSample
+from labkit.graph.sampling import NeighborSampler as GraphSampler
 
 
 @dataclass
@@ -63,8 +63,20 @@ def check_seeds(arg: str, seeds, num_nodes: int) -> np.ndarray:
     return seeds
 
 
+def batch_key(seed: int, index: int) -> int:
+    """Return the one sampler's seed for mini-batch `index` of a run seeded `seed` (its stream is 0)."""
+    return (seed * 1_000_003 + index) & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def to_batch(s: MultiHopSample, index: int) -> SampledBatch:
+    """Return the one sampler's `s` as the pipeline's SampledBatch (int32 local ids: half the queue bytes)."""
+    return SampledBatch(index, s.nodes, np.concatenate(s.cols).astype(np.int32),
+                        np.concatenate(s.rows).astype(np.int32), np.array(s.num_nodes_per_hop),
+                        np.cumsum([len(r) for r in s.rows]), s.num_nodes_per_hop[0])
+
+
 class NeighborSampler:
-    """Samples ``fanouts[h]`` neighbours per node at hop h from a topology store."""
+    """Samples ``fanouts[h]`` distinct neighbours per node at hop h from a topology store."""
 
     def __init__(self, topology, fanouts: list[int], seed: int = 0) -> None:
         if isinstance(fanouts, (str, bytes)) or not hasattr(fanouts, "__len__") or len(fanouts) == 0:
@@ -74,6 +86,8 @@ class NeighborSampler:
         self.topology = topology
         self.fanouts = [int(f) for f in fanouts]
         self.seed = check_seed(seed)
+        # A hash workspace sized by the sample: a per-node one would escape the memory budget.
+        self._sampler = GraphSampler(topology, workspace="sample")
         #: Set to a dict to record, per batch index, each hop's global positions in the indices
         #: file that were read (pre-sampling gives them to the tuner).
         self.positions: dict | None = None
@@ -83,95 +97,23 @@ class NeighborSampler:
         return self.sample_group([seeds], [index])[0]
 
     def sample_group(self, seeds: list[np.ndarray], indices: list[int]) -> list[SampledBatch]:
-        """Sample several mini-batches side by side, one topology fetch per hop for all of them.
+        """Sample several mini-batches side by side, one topology read per hop for all of them.
 
-        At each hop the batches' frontiers are merged (each node once), every batch draws its
-        positions in the merged lists exactly as it would alone (draws depend on the batch, the
-        hop and the position in its own frontier, so the batches are bit-identical to
-        :meth:`sample`'s), and the entries all of them picked are fetched together: a page of
-        the topology file that several batches need is read once per group rather than once
-        per batch. At the last hop, where one batch's picks already touch most pages, a group
-        of G batches costs about what one batch does.
+        Each batch is bit-identical to :meth:`sample`'s (draws depend on the batch, the hop and
+        the position in its own frontier), and the entries all of them picked are read together:
+        a page of the topology file that several batches need is read once per group rather than
+        once per batch. At the last hop, where one batch's picks already touch most pages, a
+        group of G batches costs about what one batch does.
         """
         if len(seeds) != len(indices):
             raise ValueError(f"indices has {len(indices)} entries for {len(seeds)} seed arrays; expected one per batch")
-        indptr = self.topology.indptr
-        seeds = [check_seeds(f"seeds[{k}]", s, indptr.size - 1) for k, s in enumerate(seeds)]
-        states = [_BatchState(s.astype(np.int64, copy=False), (self.seed * 1_000_003 + i) & 0x7FFF_FFFF_FFFF_FFFF)
-                  for s, i in zip(seeds, indices)]
-        for h, fanout in enumerate(self.fanouts):
-            if len(states) == 1:
-                union = states[0].frontier
-                rows = [np.arange(union.size)]
-            else:
-                union = unique(np.concatenate([st.frontier for st in states]))
-                rows = [np.searchsorted(union, st.frontier) for st in states]
-            # The draws need only each list's length (indptr), so they come first and only the
-            # sampled entries are fetched, once for the whole group.
-            ptr = lists_ptr(indptr, union)
-            # The kernel behind sample_neighbors, unchecked, as the Dask store's sampler calls it: ptr
-            # is built here from lengths, rows index it, and the fanouts were checked when made.
-            draws = [_sample_hop(ptr, r, fanout, False, st.key, h) for st, r in zip(states, rows)]
-            if len(states) == 1:
-                picks = [self.topology.entries(union, ptr, draws[0][1])]
-            else:
-                pos = unique(np.concatenate([eid for _, eid in draws]))
-                vals = self.topology.entries(union, ptr, pos)
-                picks = [vals[np.searchsorted(pos, eid)] for _, eid in draws]
-            if self.positions is not None:  # global positions read, per batch and hop (pre-sampling)
-                for st, i, (_, eid) in zip(states, indices, draws):
-                    row = entry_rows(ptr, eid)
-                    self.positions.setdefault(i, []).append(indptr[union[row]].astype(np.int64) + (eid - ptr[row]))
-            for st, (lptr, _), pk in zip(states, draws, picks):
-                st.hop(lptr, pk.astype(np.int64))
-        return [st.result(i) for st, i in zip(states, indices)]
-
-
-class _BatchState:
-    """One mini-batch while it is being sampled: nodes known so far (sorted, with local ids), edges."""
-
-    def __init__(self, seeds: np.ndarray, key: int) -> None:
-        self.key = key
-        self.n_id = [seeds]
-        self.known = np.sort(seeds)
-        self.known_local = np.argsort(seeds, kind="stable")
-        self.node_hops = [seeds.size]
-        self.srcs: list[np.ndarray] = []
-        self.dsts: list[np.ndarray] = []
-        self.edge_hops: list[int] = []
-        self.lo, self.hi = 0, seeds.size
-        self.total_edges = 0
-
-    @property
-    def frontier(self) -> np.ndarray:
-        return self.n_id[-1]
-
-    def hop(self, lptr: np.ndarray, picks: np.ndarray) -> None:
-        """Add one hop: frontier node i's sampled neighbours are ``picks[lptr[i]:lptr[i+1]]``."""
-        counts = np.diff(lptr)
-        dst_local = np.repeat(np.arange(self.lo, self.hi, dtype=np.int64), counts)
-        uniq = unique(picks)
-        known = self.known
-        pos = np.searchsorted(known, uniq)
-        pos_c = np.minimum(pos, known.size - 1)
-        new = uniq[~((pos < known.size) & (known[pos_c] == uniq))]
-        start = self.hi
-        self.n_id.append(new)
-        allk = np.concatenate([known, new])
-        alll = np.concatenate([self.known_local, np.arange(start, start + new.size, dtype=np.int64)])
-        o = np.argsort(allk, kind="stable")
-        self.known, self.known_local = allk[o], alll[o]
-        # Local ids fit int32 (a mini-batch has far fewer than 2^31 nodes): half the queue bytes.
-        self.srcs.append(self.known_local[np.searchsorted(self.known, picks)].astype(np.int32))
-        self.dsts.append(dst_local.astype(np.int32))
-        self.total_edges += picks.size
-        self.edge_hops.append(self.total_edges)
-        self.lo, self.hi = start, start + new.size
-        self.node_hops.append(self.hi)
-
-    def result(self, index: int) -> SampledBatch:
-        return SampledBatch(index, np.concatenate(self.n_id), np.concatenate(self.srcs), np.concatenate(self.dsts),
-                            np.array(self.node_hops), np.array(self.edge_hops), int(self.n_id[0].size))
+        n = self.topology.num_nodes
+        seeds = [check_seeds(f"seeds[{k}]", s, n) for k, s in enumerate(seeds)]
+        out = self._sampler.sample_group(seeds, self.fanouts, keys=[(batch_key(self.seed, i), 0) for i in indices])
+        if self.positions is not None:  # global positions read, per batch and hop (pre-sampling)
+            for s, i in zip(out, indices):
+                self.positions.setdefault(i, []).extend(s.eids)
+        return [to_batch(s, i) for s, i in zip(out, indices)]
 
 
 def batch_seeds(train: np.ndarray, batch_size: int, num_batches: int, seed: int = 0) -> list[np.ndarray]:

@@ -1,10 +1,14 @@
 """Where the graph's bytes live: in RAM, or on disk behind caches and the direct-I/O engine.
 
-Two interchangeable interfaces, so a sampler or a trainer never knows which one it has:
+Both implement the graph core's store protocols (:mod:`labkit.graph.storage`), so the one
+sampler (:class:`labkit.graph.sampling.NeighborSampler`), the PyG adapters and the trainers read
+them as they read an in-memory or a partitioned store:
 
-- a topology store's ``fetch(nodes) -> (ptr, idx)`` returns the neighbour lists of `nodes` as a
-  small CSR in the order given;
-- a feature store's ``gather(nodes) -> rows`` returns the feature rows of `nodes` in order.
+- a topology store is a ``GraphStore``: ``degree(nodes)`` from ``indptr`` (in RAM),
+  ``entries(nodes, ptr, pos)`` for only the sampled entries, ``neighbors(nodes)`` (= ``fetch``)
+  for whole lists;
+- a feature store is a ``FeatureStore``: ``features(nodes)`` (= ``gather``) returns the feature
+  rows of `nodes` in order; the pipeline also splits a gather into ``fetch_misses`` + ``complete``.
 
 The disk versions hold ``indptr`` (charged to the budget), an optional cache, and an
 :class:`IOPolicy` that decides per request how the cache misses are fetched: random page
@@ -21,6 +25,7 @@ import numba
 import numpy as np
 
 from labkit.core.buffers import BufferPool
+from labkit.core.cacheplan import CacheStats as StoreStats  # lookups served from cache vs. disk
 from labkit.core.datasets import Dataset
 from labkit.core.directio import PAGE, SWEEP, DirectFile, extent_pages
 from labkit.disk.costmodel import DiskModel
@@ -28,15 +33,9 @@ from labkit.core.errors import check_choice
 from labkit.core.memory import MemoryBudget
 from labkit.disk.iocache import BeladyFeatureCache, FeatureCache, TopologyCache, assemble_lists
 from labkit.graph.csr import check_node_ids
+from labkit.graph.storage import check_ids, entry_rows, lists_ptr
 
 MODES = ("random", "coalesced", "sweep", "auto")
-
-
-@numba.njit(cache=True, nogil=True)
-def _gather_lists(indptr, indices, nodes, out_ptr, out_idx):
-    for k in range(nodes.shape[0]):
-        v = nodes[k]
-        out_idx[out_ptr[k]:out_ptr[k + 1]] = indices[indptr[v]:indptr[v + 1]]
 
 
 def check_indptr(ds: Dataset, indptr: np.ndarray) -> None:
@@ -74,18 +73,6 @@ def _open_file(path, budget: MemoryBudget, owner: str, queue_depth: int, staging
                       max_request=min(256 << 10, st), budget=budget, owner=owner, fallback=fallback)
 
 
-def entry_rows(ptr: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """Return, for each position `pos` into a local CSR with offsets `ptr`, the row it lies in."""
-    return np.searchsorted(ptr, pos, side="right") - 1
-
-
-def lists_ptr(indptr: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-    """Return the local indptr of `nodes`' neighbour lists (int64, len(nodes) + 1)."""
-    ptr = np.zeros(nodes.size + 1, np.int64)
-    np.cumsum(indptr[nodes + 1] - indptr[nodes], out=ptr[1:])
-    return ptr
-
-
 @dataclass
 class IOPolicy:
     """How cache misses are read: a fixed mode, or "auto" (cheapest plan under the disk model)."""
@@ -114,43 +101,35 @@ class IOPolicy:
         return g
 
 
-@dataclass
-class StoreStats:
-    """Lookups served from cache vs. from disk (counted in items and bytes)."""
-
-    hits: int = 0
-    misses: int = 0
-    hit_bytes: int = 0
-    miss_bytes: int = 0
-
-    @property
-    def hit_rate(self) -> float:
-        n = self.hits + self.misses
-        return self.hits / n if n else float("nan")
-
-    def reset(self) -> None:
-        self.hits = self.misses = self.hit_bytes = self.miss_bytes = 0
-
-
 class MemoryTopology:
-    """All neighbour lists in RAM (the in-memory upper bound)."""
+    """All neighbour lists in RAM (the in-memory upper bound); reads are counted as cache hits."""
+
+    #: Sampled through ``entries`` (not the fused in-RAM kernels) so that its reads are counted.
+    counts_reads = True
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray) -> None:
         self.indptr, self.indices = indptr, indices
+        self.num_nodes = indptr.size - 1
         self.stats = StoreStats()
 
     @classmethod
     def from_dataset(cls, ds: Dataset) -> "MemoryTopology":
         return cls(ds.array("indptr", mmap=False), ds.array("indices", mmap=False))
 
+    def degree(self, nodes: np.ndarray) -> np.ndarray:
+        """Return the lengths of the lists of `nodes` (int64)."""
+        nodes = check_ids(nodes, self.num_nodes)
+        return (self.indptr[nodes + 1] - self.indptr[nodes]).astype(np.int64)
+
     def fetch(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Return (ptr, idx): the neighbour lists of `nodes` as a local CSR."""
-        ptr = lists_ptr(self.indptr, nodes)
-        idx = np.empty(int(ptr[-1]), self.indices.dtype)
-        _gather_lists(self.indptr, self.indices, nodes, ptr, idx)
+        from labkit.graph.importance import gather_lists
+        ptr, idx = gather_lists(self.indptr, self.indices, check_ids(nodes, self.num_nodes))
         self.stats.hits += nodes.size
         self.stats.hit_bytes += idx.nbytes
         return ptr, idx
+
+    neighbors = fetch
 
     def entries(self, nodes: np.ndarray, ptr: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """Return the entries at local positions `pos` of `nodes`' lists (local offsets `ptr`)."""
@@ -174,6 +153,7 @@ class DiskTopology:
         # Offsets below 2^31 fit int32: half the RAM for the one array every disk system holds.
         self.indptr = ip.astype(np.int32) if ip.size and int(ip[-1]) < 2**31 else ip
         del ip
+        self.num_nodes = self.indptr.size - 1
         self._indptr_res = budget.reserve("topology indptr", self.indptr.nbytes)
         try:
             self.file = _open_file(ds.path("indices"), budget, "topology staging", queue_depth, staging_bytes,
@@ -204,8 +184,14 @@ class DiskTopology:
         raw = self.file.read_extents(starts, lengths, gap_pages=gap)
         return ptr, raw.view(np.int32)
 
+    def degree(self, nodes: np.ndarray) -> np.ndarray:
+        """Return the lengths of the lists of `nodes` (int64, from ``indptr`` in RAM: no read)."""
+        nodes = check_ids(nodes, self.num_nodes)
+        return (self.indptr[nodes + 1] - self.indptr[nodes]).astype(np.int64)
+
     def fetch(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Return (ptr, idx): the neighbour lists of `nodes`, from the cache or from disk."""
+        nodes = check_ids(nodes, self.num_nodes)
         ptr = lists_ptr(self.indptr, nodes)
         if self.cache is not None:
             slot = self.cache.slot
@@ -241,6 +227,10 @@ class DiskTopology:
             self.stats.miss_bytes += midx.nbytes
             self.stats.hit_bytes += idx.nbytes - midx.nbytes
         return ptr, idx
+
+    def neighbors(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Return (ptr, idx): the whole lists of `nodes` (the GraphStore name of :meth:`fetch`)."""
+        return self.fetch(nodes)
 
     def entries(self, nodes: np.ndarray, ptr: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """Return the entries at local positions `pos` of `nodes`' lists (local offsets `ptr`).
@@ -342,6 +332,10 @@ class MemoryFeatures:
         return cls(ds.array("features", mmap=False))
 
     @property
+    def num_nodes(self) -> int:
+        return self.x.shape[0]
+
+    @property
     def dim(self) -> int:
         return self.x.shape[1]
 
@@ -353,6 +347,10 @@ class MemoryFeatures:
         self.stats.hits += nodes.size
         self.stats.hit_bytes += out.nbytes
         return out
+
+    def features(self, nodes: np.ndarray) -> np.ndarray:
+        """Return the feature rows of `nodes` (the FeatureStore name of :meth:`gather`; a fresh array)."""
+        return self.gather(check_ids(nodes, self.num_nodes)).copy()
 
     def close(self) -> None:
         pass
@@ -434,7 +432,7 @@ class DiskFeatures:
         """Return the feature rows of `nodes` (in order): cache hits copied, misses read from disk.
 
         `next_use` (a Belady cache only): each node's next use in the superbatch, from Ginex's
-        inspection pass (:class:`labkit.disk.spill.SampleSpill`).
+        inspection pass (:class:`labkit.disk.baselines.spill.SampleSpill`).
         """
         if isinstance(self.cache, BeladyFeatureCache):
             part = self.fetch_misses(nodes)
@@ -442,6 +440,10 @@ class DiskFeatures:
             self.cache.update(nodes, out, next_use)
             return out
         return self.complete(self.fetch_misses(nodes))
+
+    def features(self, nodes: np.ndarray) -> np.ndarray:
+        """Return the feature rows of `nodes` (the FeatureStore name of :meth:`gather`; a fresh array)."""
+        return self.gather(check_ids(nodes, self.num_nodes)).copy()
 
     def close(self) -> None:
         self.set_cache(None)

@@ -17,6 +17,7 @@ import numpy as np  # noqa: E402
 
 from labkit.core.bench import Bench, Claim  # noqa: E402
 from labkit.core.systems import System, register  # noqa: E402
+from labkit.graph.baselines import ANCHORS, TorchSampler, anchor_sampler, scipy_builder  # noqa: E402
 
 CLAIMS = [
     Claim("graph.build_speedup_scipy", "CSR build from an edge list vs scipy COO->CSR, both on one thread (scipy "
@@ -79,17 +80,6 @@ def labkit_builder(src, dst, n, nt: int | None):
         finally:
             numba.set_num_threads(saved)
     return build
-
-
-def scipy_builder(src, dst, n):
-    """scipy's cheapest COO->CSR to labkit's canonical pattern (one thread: sparsetools is serial C++).
-
-    scipy has no pattern-only sparse matrix, so the values are 1-byte bools (the narrowest dtype it
-    carries); ``tocsr()`` sums duplicates, which sorts every row: the same CSR as ``dedup=True``.
-    """
-    import scipy.sparse as sp
-    pattern = np.ones(len(src), np.bool_)
-    return lambda: sp.coo_array((pattern, (src, dst)), shape=(n, n)).tocsr()
 
 
 def _build_threads(nt: int | None):
@@ -200,88 +190,6 @@ def bench_build(b: Bench, scale: int, repeats: int, max_rounds: int | None = Non
 BUILD_CONTENDERS = ("scipy_coo_tocsr", "labkit_build_csr@1", "labkit_build_csr")
 
 
-class TorchSampler:
-    """The baseline: a vectorised torch sampler (torch.rand, a gather, torch.unique per hop), not a C++ one.
-
-    Samples with replacement; each hop's frontier is the merged node set (as DGL blocks).
-    """
-
-    def __init__(self, indptr: np.ndarray, indices: np.ndarray, seed: int = 0) -> None:
-        import torch
-        self.torch = torch
-        self.indptr = torch.from_numpy(indptr)
-        self.indices = torch.from_numpy(indices.astype(np.int64))
-        self.gen = torch.Generator().manual_seed(seed)
-
-    def sample(self, seeds: np.ndarray, fanouts: list[int]) -> int:
-        """Sample `fanouts` hops from `seeds` (DGL-style merged frontier); return sampled edges."""
-        torch = self.torch
-        frontier = torch.from_numpy(seeds)
-        total = 0
-        for k in fanouts:
-            start = self.indptr[frontier]
-            deg = self.indptr[frontier + 1] - start
-            has = deg > 0
-            start, deg = start[has], deg[has]
-            off = (torch.rand(len(start), k, generator=self.gen) * deg[:, None]).long()
-            nbrs = self.indices[start[:, None] + off].flatten()
-            total += nbrs.numel()
-            frontier = torch.unique(torch.cat([frontier, nbrs]))
-        return total
-
-
-#: C++ neighbour samplers tried as anchors, in the order tried: (contender, module, how it installs here).
-#: Each is imported lazily; one that is absent or fails to load is skipped with its reason recorded.
-ANCHORS = (
-    ("pyg_lib", "pyg_lib", "pyg-lib is not on PyPI; its wheels are only on PyG's own wheel index, which this "
-                           "lab's machines cannot reach"),
-    ("torch_sparse", "torch_sparse", "PyPI has only torch-sparse 0.6.18's source (2023): pip cannot build it in "
-                                     "isolation (its setup imports torch), and built against the installed torch it "
-                                     "compiles 23 C++ files plus torch-scatter's, minutes each on 2 cores; its "
-                                     "neighbor_sample alone, compiled in a side environment, drew edges over 40x "
-                                     "slower than labkit's, because each draw makes a one-element torch tensor "
-                                     "(torch::randint), so it is no DGL-class anchor either"),
-    ("dgl_graphbolt", "dgl.graphbolt", "PyPI's newest Linux cp311 DGL is 2.1.0, whose GraphBolt library is built "
-                                       "for torch 2.0-2.2 only, so `import dgl` fails beside torch 2.13: it "
-                                       "finds no libgraphbolt_pytorch_2.13.0.so"),
-)
-
-
-def _anchor_sampler(name: str, indptr: np.ndarray, indices: np.ndarray):
-    """Return (sample(seeds, fanouts) -> sampled edges, None) for an anchor that loads, else (None, reason).
-
-    The anchors sample PyG-style: each hop expands only the nodes first seen at the hop before
-    (labkit's ``frontier="new"``), with replacement.
-    """
-    import importlib
-
-    module = dict((n, m) for n, m, _ in ANCHORS)[name]
-    try:
-        importlib.import_module(module)
-    except Exception as exc:  # ImportError, or a native library that does not load beside this torch
-        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
-    import torch
-    rowptr, col = torch.from_numpy(indptr.astype(np.int64)), torch.from_numpy(indices.astype(np.int64))
-    if name == "pyg_lib":
-        import pyg_lib
-
-        def sample(seeds, fanouts):
-            out = pyg_lib.sampler.neighbor_sample(rowptr, col, torch.from_numpy(seeds), list(fanouts), replace=True)
-            return int(out[0].numel())
-    elif name == "torch_sparse":
-        def sample(seeds, fanouts):
-            out = torch.ops.torch_sparse.neighbor_sample(rowptr, col, torch.from_numpy(seeds), list(fanouts),
-                                                         True, True)
-            return int(out[1].numel())
-    else:
-        return None, "labkit has no adapter for it yet"
-    try:
-        sample(np.arange(min(4, len(indptr) - 1), dtype=np.int64), [2])
-    except Exception as exc:  # loads but its kernel does not run with this torch
-        return None, f"{type(exc).__name__} on a first call: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
-    return sample, None
-
-
 def _per_round_eps_ratio(c, edges: dict, base: str, new: str) -> list[float]:
     """Per-round (edges/s of `new`) / (edges/s of `base`); edges[k] holds one count per call, warm-ups first."""
     out = []
@@ -376,7 +284,7 @@ def bench_sample_anchors(b: Bench, csc, seed_sets, scale: int, repeats: int, cal
         return _labkit_run(sampler, fanouts, replace, key, edges, seed_sets, calls)
     loaded, absent = [], []
     for name, _, how in ANCHORS:
-        sample, why = _anchor_sampler(name, csc.indptr, csc.indices)
+        sample, why = anchor_sampler(name, csc.indptr, csc.indices, ANCHORS)
         if sample is None:
             absent.append(f"{name}: {how} (here: {why})")
             b.record(f"graph.sample_anchor_{name}_loaded", 0)
@@ -427,7 +335,8 @@ def bench_cache(b: Bench, profile: str, workers: int, batches: int, repeats: int
     from labkit.graph.datasets import load_graph
     from labkit.graph.importance import NeighborCache, importance, plan_cache
     from labkit.graph.partition import partition
-    from labkit.graph.store import PartitionedStore, StoreSampler, close_cluster, local_cluster
+    from labkit.graph.sampling import NeighborSampler
+    from labkit.graph.store import PartitionedStore, close_cluster, local_cluster
     from labkit.graph.train import SAGE, train_epoch
 
     g = load_graph(profile)
@@ -457,7 +366,7 @@ def bench_cache(b: Bench, profile: str, workers: int, batches: int, repeats: int
                 epoch["n"] += 1
                 st = stores[key]
                 st.stats.reset()
-                r = train_epoch(model, opt, StoreSampler(st), st, g.train, g.labels, [10, 5], 512,
+                r = train_epoch(model, opt, NeighborSampler(st), st, g.train, g.labels, [10, 5], 512,
                                 epoch=epoch["n"], max_batches=batches)
                 results[key].append((r, dataclasses.replace(st.stats)))
             return f

@@ -20,12 +20,13 @@ from labkit.core.metrics import ResultTable
 from labkit.core.spread import Spread
 from labkit.graph.csr import CSR, build_csr_chunked
 from labkit.graph.datasets import GraphData
-from labkit.graph.importance import CachePlan, CacheStats, NeighborCache, gather_lists, importance, plan_cache
+from labkit.graph.importance import CachePlan, CacheStats, NeighborCache, importance, plan_cache
 from labkit.graph.negative import negative_sample
 from labkit.graph.partition import partition
 from labkit.graph.rmat import RMatParams, rmat_edge_chunks, rmat_edges
-from labkit.graph.sampling import AliasTable, sample_neighbors, sample_weighted, topk_neighbors
-from labkit.graph.store import PartitionedStore, StoreSampler
+from labkit.graph.sampling import AliasTable, NeighborSampler, sample_neighbors, sample_weighted, topk_neighbors
+from labkit.graph.storage import CSRTopology
+from labkit.graph.store import PartitionedStore
 from labkit.graph.train import SAGE, train_epoch
 
 
@@ -79,7 +80,8 @@ def build_comparison(params: RMatParams, *, rounds: int = 5, chunk_edges: int = 
     """
     import numba
 
-    from labkit.graph.bench import labkit_builder, scipy_builder
+    from labkit.graph.baselines import scipy_builder
+    from labkit.graph.bench import labkit_builder
 
     check_range("rounds", rounds, 1, integer=True)
     streamed, _ = build_streamed(params, chunk_edges, progress)
@@ -127,9 +129,8 @@ def sampler_comparison(scale: int, *, batch: int = 1024, batches: int = 4, fanou
     time(torch) / time(labkit) scaled by the sampled-edge counts (near equal: k per vertex).
     """
     from labkit.core.spread import spread
-    from labkit.graph.bench import TorchSampler
+    from labkit.graph.baselines import TorchSampler
     from labkit.graph.csr import build_csc
-    from labkit.graph.sampling import NeighborSampler
 
     check_range("rounds", rounds, 1, integer=True)
     check_range("batches", batches, 1, integer=True)
@@ -192,7 +193,7 @@ def cache_point(g: GraphData, threshold: float, *, k: int = 1, num_parts: int = 
     torch.manual_seed(seed)
     model = SAGE(g.features.shape[1], 32, g.num_classes)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    r = train_epoch(model, opt, StoreSampler(store), store, g.train, g.labels, list(fanouts), batch_size,
+    r = train_epoch(model, opt, NeighborSampler(store), store, g.train, g.labels, list(fanouts), batch_size,
                     seed=seed, max_batches=batches)
     topo = g.csr.indptr.nbytes + g.csr.indices.nbytes
     return {"threshold": float(threshold), "cache": "off" if cache is None else "on", "backend": backend,
@@ -207,22 +208,25 @@ def cache_point(g: GraphData, threshold: float, *, k: int = 1, num_parts: int = 
 def _warm_up(g: GraphData, store, cache: NeighborCache | None, fanouts, seed: int) -> None:
     """Train one tiny mini-batch through `store` on a throwaway model, then zero the counts it left."""
     model = SAGE(g.features.shape[1], 32, g.num_classes)
-    train_epoch(model, torch.optim.Adam(model.parameters(), lr=0.01), StoreSampler(store), store, g.train[:8],
+    train_epoch(model, torch.optim.Adam(model.parameters(), lr=0.01), NeighborSampler(store), store, g.train[:8],
                 g.labels, list(fanouts), 8, seed=seed, max_batches=1)
     store.stats.reset()
     if cache is not None:
         cache.stats, cache.feature_stats = CacheStats(), CacheStats()
 
 
-class _RecordingStore:
-    """A store that serves out-neighbour lists from memory and keeps every id list it was asked for."""
+class _RecordingStore(CSRTopology):
+    """An in-memory GraphStore that keeps every id list whose entries it was asked for (a sampler's lookups)."""
+
+    counts_reads = True  # sampled through entries(), not the fused in-RAM kernels, so every lookup is seen
 
     def __init__(self, csr: CSR) -> None:
-        self.csr, self.num_nodes, self.lookups = csr, csr.num_nodes, []
+        super().__init__(csr.indptr, csr.indices)
+        self.lookups = []
 
-    def neighbors(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def entries(self, ids: np.ndarray, ptr: np.ndarray, pos: np.ndarray) -> np.ndarray:
         self.lookups.append(np.array(ids, np.int64))
-        return gather_lists(self.csr.indptr, self.csr.indices, np.asarray(ids, np.int64))
+        return super().entries(ids, ptr, pos)
 
 
 #: The cache plans compared: what each ranks vertices by before filling the byte budget.
@@ -233,9 +237,10 @@ class HitRateLab:
     """Hit rates of neighbour caches of a given size (share of list bytes), by importance and by simpler plans.
 
     Each of `rounds` rounds records the neighbour-list lookups of `batches` mini-batches of
-    multi-hop sampling (:class:`StoreSampler`, `fanouts`, `batch_size` random seeds, a different
-    seed stream per round). A plan fills a byte budget with the highest-ranked vertices that have
-    an out-list; :class:`NeighborCache` built from it then counts the recorded lookups it serves.
+    multi-hop sampling (:class:`~labkit.graph.sampling.NeighborSampler` through a store, `fanouts`,
+    `batch_size` random seeds, a different seed stream per round). A plan fills a byte budget with
+    the highest-ranked vertices that have an out-list; :class:`NeighborCache` built from it then
+    counts the recorded lookups it serves.
     Ranks: importance Imp_k = D_in^k / D_out^k, in-degree, degree (in + out), a random order.
     """
 
@@ -254,7 +259,7 @@ class HitRateLab:
         n = csr.num_nodes
         for r in range(rounds):
             rec = _RecordingStore(csr)
-            sampler = StoreSampler(rec)
+            sampler = NeighborSampler(rec)
             rng = np.random.default_rng([self.seed, r])
             for b in range(batches):
                 sampler.sample(rng.choice(n, min(batch_size, n), replace=False), list(fanouts),
@@ -276,10 +281,7 @@ class HitRateLab:
         if policy not in POLICIES:
             raise bad_value("policy", policy, "one of " + ", ".join(POLICIES))
         check_range("size", size, 0.0, 1.0)
-        order = self._order(policy, r)
-        fit = int(np.searchsorted(np.cumsum(self.cost[order]), size * self.total, side="right"))
-        v = np.sort(order[:fit])
-        return CachePlan(v, float("nan"), 1, len(v) / max(1, self.csr.num_nodes), fit < len(order))
+        return CachePlan(policy, self._order(policy, r), self.cost, "topology").cut(size * self.total)
 
     def measure(self, size: float) -> dict:
         """Return {policy: Spread of the hit rate in %} over the rounds, plus "vertices" (Spread, % cached)."""

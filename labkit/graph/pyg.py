@@ -1,6 +1,9 @@
 """PyG interop: labkit stores as `FeatureStore` / `GraphStore`, the numba sampler as a `BaseSampler`.
 
-With these, PyG's own ``NodeLoader`` drives training on labkit's storage and sampling:
+Every adapter takes any store of the graph core's protocols (:mod:`labkit.graph.storage`): the
+in-memory CSR, a :class:`~labkit.graph.store.PartitionedStore` (partitions on Dask workers) or
+CaliEX's disk stores (:mod:`labkit.disk.store`), so PyG's own ``NodeLoader`` trains from any of
+them unchanged:
 
     loader = NodeLoader((feature_store, graph_store), node_sampler=LabkitNeighborSampler(csc, [10, 5]),
                         input_nodes=torch.from_numpy(train), batch_size=512, shuffle=True)
@@ -23,17 +26,21 @@ from labkit.core.errors import bad_value, check_range, check_seed
 from labkit.graph.checks import check_labels
 from labkit.graph.csr import CSR, build_csr
 from labkit.graph.sampling import NeighborSampler, check_fanouts
-from labkit.graph.store import StoreSampler
+from labkit.graph.storage import FeatureStore as LabkitFeatureStore
+from labkit.graph.storage import GraphStore as LabkitGraphStore
 
 
 class StoreFeatureStore(FeatureStore):
-    """Read-only FeatureStore over a labkit store's features ("x") and a label array ("y").
+    """Read-only FeatureStore over any labkit FeatureStore's rows ("x") and a label array ("y").
 
     The labels are checked once here: class ids >= 0 (and < `num_classes` when given), one per node.
     """
 
     def __init__(self, store, labels: np.ndarray | None = None, *, num_classes: int | None = None) -> None:
         super().__init__()
+        if not isinstance(store, LabkitFeatureStore):
+            raise bad_value("store", type(store).__name__, "a labkit FeatureStore (features(ids), dim, num_nodes): "
+                            "LocalStore, PartitionedStore, MemoryFeatures or DiskFeatures")
         if labels is not None:
             labels = check_labels(labels, store.num_nodes, num_classes)
         self.store, self.labels = store, labels
@@ -58,7 +65,7 @@ class StoreFeatureStore(FeatureStore):
 
     def _get_tensor_size(self, attr: TensorAttr):
         if attr.attr_name == "x":
-            return (self.num_nodes, self.store.features(np.zeros(1, np.int64)).shape[1])
+            return (self.num_nodes, self.store.dim)
         return (self.num_nodes,)
 
     def get_all_tensor_attrs(self) -> list[TensorAttr]:
@@ -67,10 +74,16 @@ class StoreFeatureStore(FeatureStore):
 
 
 class CSRGraphStore(GraphStore):
-    """GraphStore keeping one homogeneous edge set as a labkit CSC (in-edges), returned as COO on request."""
+    """GraphStore keeping one homogeneous edge set as a labkit CSC (in-edges), returned as COO on request.
 
-    def __init__(self, csc: CSR | None = None) -> None:
+    `csc` may also be any labkit GraphStore holding in-neighbour lists (in memory, partitioned, on
+    disk): its lists are read whole only if PyG asks for the edge index (sampling never does).
+    """
+
+    def __init__(self, csc=None) -> None:
         super().__init__()
+        if csc is not None and not isinstance(csc, (CSR, LabkitGraphStore)):
+            raise bad_value("csc", type(csc).__name__, "None, a labkit CSR of in-edges, or a labkit GraphStore")
         self.csc = csc
 
     def _put_edge_index(self, edge_index: EdgeTensorType, edge_attr: EdgeAttr) -> bool:
@@ -82,8 +95,14 @@ class CSRGraphStore(GraphStore):
     def _get_edge_index(self, edge_attr: EdgeAttr):
         if self.csc is None:
             return None
-        col = np.repeat(np.arange(self.csc.num_nodes), self.csc.degree())
-        return torch.from_numpy(self.csc.indices.astype(np.int64)), torch.from_numpy(col)
+        n = self.csc.num_nodes
+        if isinstance(self.csc, CSR):
+            deg, row = self.csc.degree(), self.csc.indices
+        else:
+            ptr, row = self.csc.neighbors(np.arange(n, dtype=np.int64))
+            deg = np.diff(ptr)
+        col = np.repeat(np.arange(n), deg)
+        return torch.from_numpy(np.asarray(row, np.int64)), torch.from_numpy(col)
 
     def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
         self.csc = None
@@ -99,12 +118,13 @@ class CSRGraphStore(GraphStore):
 class LabkitNeighborSampler(BaseSampler):
     """A PyG BaseSampler running labkit's numba multi-hop sampler over in-edges.
 
-    `graph` is either a CSC (in-edges, sampled in memory) or a labkit store built over a CSC
-    (:class:`~labkit.graph.store.LocalStore`, or :class:`~labkit.graph.store.PartitionedStore`
-    whose partitions may live in Dask worker processes): then each hop's neighbour lists are
-    fetched through the store (:class:`~labkit.graph.store.StoreSampler`; its importance cache
-    serves what it holds) and sampled by the same kernels. Sampled edges carry ids only from a CSC
-    (a store's fetched lists have no global edge ids; ``edge`` is -1).
+    `graph` is a CSC (in-edges, sampled in memory) or any labkit GraphStore of in-neighbour lists
+    (:class:`~labkit.graph.store.LocalStore`, a :class:`~labkit.graph.store.PartitionedStore` whose
+    partitions may live in Dask worker processes, CaliEX's :class:`~labkit.disk.store.DiskTopology`):
+    the one :class:`~labkit.graph.sampling.NeighborSampler` draws from the lists' lengths and reads
+    the sampled entries through the store, so a seed gives the same batch from every store.
+    Sampled edges carry the CSC's edge ids when it has them, else their positions in the store's
+    edge order (-1 from a store without global offsets).
     """
 
     def __init__(self, graph, fanouts: list[int], *, replace: bool = False, seed: int = 0) -> None:
@@ -112,12 +132,12 @@ class LabkitNeighborSampler(BaseSampler):
         if isinstance(graph, CSR):
             self.csc, self.store = graph, None
             self._sampler = NeighborSampler(graph.indptr, graph.indices, frontier="new")
-        elif callable(getattr(graph, "neighbors", None)) and hasattr(graph, "num_nodes"):
+        elif isinstance(graph, LabkitGraphStore):
             self.csc, self.store = None, graph
-            self._sampler = StoreSampler(graph, frontier="new")
+            self._sampler = NeighborSampler(graph, frontier="new")
         else:
-            raise bad_value("graph", type(graph).__name__, "a labkit CSR of in-edges (CSC) or a labkit store "
-                            "over one (LocalStore, PartitionedStore)")
+            raise bad_value("graph", type(graph).__name__, "a labkit CSR of in-edges (CSC) or a labkit GraphStore "
+                            "over one (LocalStore, PartitionedStore, DiskTopology)")
         self._calls = 0
 
     def sample_from_nodes(self, index: NodeSamplerInput, **kwargs) -> SamplerOutput:
@@ -185,7 +205,7 @@ def train_sage_nodeloader(g, epochs: int = 2, fanouts=(10, 5), batch_size: int =
     check_range("hidden", hidden, 1, integer=True)
     check_range("lr", lr, 0.0, lo_open=True)
     fanouts = check_fanouts(fanouts)
-    if store is not None and (not callable(getattr(store, "neighbors", None))
+    if store is not None and (not isinstance(store, (LabkitGraphStore)) or not isinstance(store, LabkitFeatureStore)
                               or getattr(store, "num_nodes", None) != g.csc.num_nodes):
         raise bad_value("store", type(store).__name__, f"None or a labkit store over g.csc ({g.csc.num_nodes} "
                         "nodes, with g.features), e.g. PartitionedStore(g.csc, partition(g.csc, 4), g.features)")

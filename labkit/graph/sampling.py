@@ -316,18 +316,150 @@ class MultiHopSample:
         return int(sum(len(r) for r in self.rows))
 
 
+@njit(nogil=True, cache=True)
+def _hash_relabel(nbrs, keys, vals, nodes, n_nodes):
+    """As :func:`_relabel`, with an open-addressing table (size a power of two, -1 = empty) for the map.
+
+    Memory is sized by the sample, not the graph: the sampler over a store that charges a
+    memory budget (on disk) cannot hold a workspace of one entry per node.
+    """
+    mask = np.uint64(len(keys) - 1)
+    out = np.empty(len(nbrs), np.int64)
+    n = n_nodes
+    for j in range(len(nbrs)):
+        g = np.int64(nbrs[j])
+        s = np.int64(mix64(np.uint64(g)) & mask)
+        while True:
+            k = keys[s]
+            if k == g:
+                out[j] = vals[s]
+                break
+            if k < 0:
+                keys[s] = g
+                vals[s] = n
+                nodes[n] = g
+                out[j] = n
+                n += 1
+                break
+            s = np.int64((np.uint64(s) + np.uint64(1)) & mask)
+    return out, n
+
+
+#: Sampler workspaces: "dense" (one int64 per node, reset after each sample: the in-memory fast
+#: path), "sample" (a hash table sized by the sample: for stores under a memory budget), "auto".
+WORKSPACES = ("auto", "dense", "sample")
+
+
+class _Walk:
+    """One seed set while it is sampled: nodes known so far (seeds first, then discovery order), edges."""
+
+    def __init__(self, seeds: np.ndarray, seed: int, stream: int, local: np.ndarray | None) -> None:
+        self.seed, self.stream, self.local = seed, stream, local
+        n = len(seeds)
+        if local is not None:  # dense: a page of `nodes` costs nothing until written
+            self.nodes = np.empty(len(local), np.int64)
+            self.nodes[:n] = seeds
+            local[seeds] = np.arange(n)
+        else:
+            self.nodes = np.empty(max(16, 2 * n), np.int64)
+            self.keys = np.full(_table_size(n), -1, np.int64)
+            self.vals = np.empty(len(self.keys), np.int64)
+            _hash_relabel(seeds, self.keys, self.vals, self.nodes, 0)
+        self.out = MultiHopSample(self.nodes, num_nodes_per_hop=[n])
+        self.n, self.start = n, 0
+
+    def frontier(self, everything: bool) -> tuple[int, np.ndarray]:
+        lo = 0 if everything else self.start
+        return lo, self.nodes[lo:self.n]
+
+    def hop(self, lo: int, sptr: np.ndarray, nbrs: np.ndarray, eid: np.ndarray) -> None:
+        """Add one hop: frontier node i (local id lo + i) drew ``nbrs[sptr[i]:sptr[i+1]]``."""
+        n = self.n
+        if self.local is not None:
+            cols, n_new = _relabel(nbrs, self.local, self.nodes, n)
+        else:
+            need = n + len(nbrs)
+            if len(self.nodes) < need:
+                self.nodes = np.concatenate([self.nodes[:n], np.empty(max(need, 2 * len(self.nodes)) - n, np.int64)])
+            if 2 * need > len(self.keys):  # keep the table at most half full
+                self.keys = np.full(_table_size(need), -1, np.int64)
+                self.vals = np.empty(len(self.keys), np.int64)
+                _hash_relabel(self.nodes[:n], self.keys, self.vals, self.nodes, 0)
+            cols, n_new = _hash_relabel(nbrs, self.keys, self.vals, self.nodes, n)
+        self.out.rows.append(np.repeat(np.arange(lo, n, dtype=np.int64), np.diff(sptr)))
+        self.out.cols.append(cols)
+        self.out.eids.append(eid)
+        self.start, self.n = n, n_new
+        self.out.num_nodes_per_hop.append(n_new)
+
+    def finish(self) -> MultiHopSample:
+        if self.local is not None:
+            _reset(self.local, self.nodes, self.n)
+        self.out.nodes = self.nodes[:self.n].copy()
+        return self.out
+
+    def abandon(self) -> None:
+        if self.local is not None:
+            _reset(self.local, self.nodes, self.n)
+
+
+def _table_size(n: int) -> int:
+    return 1 << max(4, int(2 * max(n, 1) - 1).bit_length())
+
+
 class NeighborSampler:
-    """Multi-hop NEIGHBORHOOD sampler over one (indptr, indices) pair, reusing its relabel workspace.
+    """Multi-hop NEIGHBORHOOD sampler over any :class:`~labkit.graph.storage.GraphStore`.
+
+    `graph` is a store (in memory, partitioned, on disk), a :class:`~labkit.graph.csr.CSR`, or
+    the ``indptr`` of a CSR whose ``indices`` follow. Each hop draws positions from the lists'
+    lengths first (``store.degree``; the draws never see an entry), then reads only the sampled
+    entries (``store.entries``). When the lists are one CSR in RAM the same kernels draw and
+    gather in place (``indptr[v] + offset``): the fast path, with identical draws. Draw i of hop
+    h depends only on (seed, ``stream * 64 + h``, i) and the frontier's order does not depend on
+    the store, so a sample is bit-identical whichever store serves it.
 
     `frontier` chooses what hop h+1 expands: "new" (only nodes first seen at hop h, as PyG)
-    or "all" (every node known so far, as DGL blocks: each layer's frontier is the merged
-    node set). One sampler must not be used from two threads at once (the workspace is
-    shared); make one per thread.
+    or "all" (every node known so far, as DGL blocks). `workspace` (:data:`WORKSPACES`): the
+    relabel map is one int64 per node ("dense", the default for stores without a memory budget)
+    or a hash table sized by the sample ("sample", the default for a store with a ``budget``).
+    One sampler must not be used from two threads at once (the dense workspace is shared).
     """
 
-    def __init__(self, indptr: np.ndarray, indices: np.ndarray, *, frontier: str = "new") -> None:
+    def __init__(self, graph, indices: np.ndarray | None = None, *, frontier: str = "new",
+                 workspace: str = "auto") -> None:
+        from labkit.graph.csr import CSR
+        from labkit.graph.storage import CSRTopology, GraphStore, in_memory_csr
+
         if frontier not in ("new", "all"):
             raise bad_value("frontier", frontier, "'new' or 'all'")
+        if workspace not in WORKSPACES:
+            raise bad_value("workspace", workspace, "'auto', 'dense' or 'sample'")
+        self._top = -1
+        if isinstance(graph, CSR):
+            graph, indices = graph.indptr, graph.indices
+        if indices is not None:
+            indptr, indices = self._check_csr(graph, indices)
+            store = CSRTopology(indptr, indices)
+        elif isinstance(graph, GraphStore):
+            store = graph
+        else:
+            raise bad_value("graph", type(graph).__name__, "a GraphStore (labkit.graph.storage), a CSR, "
+                            "or indptr followed by indices")
+        self.store, self.frontier = store, frontier
+        self.num_rows = int(store.num_nodes)
+        self._csr = in_memory_csr(store)
+        if self._csr is not None:
+            self.indptr, self.indices = self._csr
+            if indices is None:  # a store's own arrays: checked once here, as raw arrays are
+                self._check_csr(*self._csr)
+        gi = getattr(store, "indptr", None)
+        self._indptr = gi if isinstance(gi, np.ndarray) else None  # global edge positions for eids
+        if workspace == "auto":
+            workspace = "sample" if getattr(store, "budget", None) is not None else "dense"
+        self.workspace = workspace
+        self._local = np.full(max(self.num_rows, self._top + 1), -1, np.int64) if workspace == "dense" else None
+
+    def _check_csr(self, indptr, indices) -> tuple[np.ndarray, np.ndarray]:
         check_topology(indptr, indices)
         indptr, indices = np.asarray(indptr), np.asarray(indices)
         # The whole topology is checked once here, so sample() runs the kernels on it unchecked.
@@ -338,47 +470,87 @@ class NeighborSampler:
         if len(used) and used.min() < 0:
             pos = int(np.argmin(used))
             raise bad_value(f"indices[{pos}]", used[pos], "neighbour ids >= 0")
-        self.indptr, self.indices, self.frontier = indptr, indices, frontier
-        self.num_rows = len(indptr) - 1
         self._top = int(used.max()) if len(used) else -1
-        self._local = np.full(max(self.num_rows, self._top + 1), -1, np.int64)
+        return indptr, indices
 
-    def sample(self, seeds, fanouts: list[int], *, replace: bool = False, seed: int = 0,
-               stream: int = 0) -> MultiHopSample:
-        """Return the relabelled multi-hop sample of `seeds` with one fanout per hop."""
-        fanouts, seed, stream = check_multihop(fanouts, seed, stream)
+    def _check_seeds(self, seeds, fanouts, arg: str = "seeds") -> np.ndarray:
         if len(fanouts) > 1 and self._top >= self.num_rows:
             # A second hop would expand neighbours that have no row (a bipartite CSR, e.g. user -> item).
             raise bad_value("fanouts", fanouts, f"one hop for this CSR: its neighbour ids reach {self._top} but it "
                             f"has rows only for ids < {self.num_rows} (multi-hop needs one id space; for typed "
                             "edges walk hop by hop with labkit.graph.query)")
-        seeds = _check_rows("seeds", seeds, self.num_rows)
-        uniq = unique(seeds)
-        if len(uniq) != len(seeds):
-            raise bad_value("seeds", "an array with repeated ids", "distinct seed ids")
-        nodes = np.empty(len(self._local), np.int64)  # untouched pages cost nothing
-        nodes[:len(seeds)] = seeds
-        self._local[seeds] = np.arange(len(seeds))
-        out = MultiHopSample(nodes, num_nodes_per_hop=[len(seeds)])
-        n, start = len(seeds), 0
+        seeds = _check_rows(arg, seeds, self.num_rows)
+        if len(unique(seeds)) != len(seeds):
+            raise bad_value(arg, "an array with repeated ids", "distinct seed ids")
+        return seeds
+
+    def sample(self, seeds, fanouts: list[int], *, replace: bool = False, seed: int = 0,
+               stream: int = 0) -> MultiHopSample:
+        """Return the relabelled multi-hop sample of `seeds` with one fanout per hop."""
+        fanouts, seed, stream = check_multihop(fanouts, seed, stream)
+        seeds = self._check_seeds(seeds, fanouts)
+        return self._run([seeds], fanouts, bool(replace), [(seed, stream)])[0]
+
+    def sample_group(self, seed_sets: list, fanouts: list[int], *, replace: bool = False,
+                     keys: list[tuple[int, int]]) -> list[MultiHopSample]:
+        """Return the samples of several seed sets, each drawn under its (seed, stream) in `keys`.
+
+        Each sample is bit-identical to ``sample(seed_sets[b], fanouts, seed=..., stream=...)``;
+        what changes is the I/O: at each hop the sets' frontiers are merged (each node once) and
+        the entries any of them drew are read from the store once, so a page of a topology file
+        that several mini-batches need is read once per group (CaliEX's I/O plan).
+        """
+        if len(seed_sets) != len(keys):
+            raise bad_value("keys", f"{len(keys)} (seed, stream) pairs", f"one per seed set ({len(seed_sets)})")
+        fanouts = check_fanouts(fanouts)
+        keys = [(check_seed(s), check_seed(t, "stream", per=64)) for s, t in keys]
+        sets = [self._check_seeds(s, fanouts, f"seed_sets[{b}]") for b, s in enumerate(seed_sets)]
+        return self._run(sets, fanouts, bool(replace), keys)
+
+    def _run(self, sets: list[np.ndarray], fanouts: list[int], replace: bool,
+             keys: list[tuple[int, int]]) -> list[MultiHopSample]:
+        # A dense workspace maps one walk at a time; a group walks side by side, each with its own table.
+        dense = self._local is not None and len(sets) == 1
+        walks = [_Walk(s, k, t, self._local if dense else None) for s, (k, t) in zip(sets, keys)]
+        everything = self.frontier == "all"
         try:
             for h, k in enumerate(fanouts):
-                frontier_lo = start if self.frontier == "new" else 0
-                frontier = nodes[frontier_lo:n]
-                ptr, eid = _sample_hop(self.indptr, frontier, k, bool(replace), int(seed),
-                                       int(stream) * 64 + h)
-                nbrs = _gather(self.indices, eid)
-                cols, n_new = _relabel(nbrs, self._local, nodes, n)
-                rows = np.repeat(np.arange(frontier_lo, n, dtype=np.int64), np.diff(ptr))
-                out.rows.append(rows)
-                out.cols.append(cols)
-                out.eids.append(eid)
-                start, n = n, n_new
-                out.num_nodes_per_hop.append(n)
-        finally:
-            _reset(self._local, nodes, n)
-        out.nodes = nodes[:n].copy()
-        return out
+                if self._csr is not None:
+                    for w in walks:  # the fast path: draw at indptr[v] + offset, gather in place
+                        lo, front = w.frontier(everything)
+                        sptr, eid = _sample_hop(self.indptr, front, k, replace, w.seed, w.stream * 64 + h)
+                        w.hop(lo, sptr, _gather(self.indices, eid), eid)
+                    continue
+                self._hop_store(walks, k, h, replace, everything)
+        except BaseException:
+            for w in walks:
+                w.abandon()
+            raise
+        return [w.finish() for w in walks]
+
+    def _hop_store(self, walks: list[_Walk], k: int, h: int, replace: bool, everything: bool) -> None:
+        """One hop through the store: lengths, draws per walk, one ``entries`` read for all of them."""
+        from labkit.graph.storage import degree_ptr, global_positions
+        fronts = [w.frontier(everything) for w in walks]
+        if len(walks) == 1:
+            union = fronts[0][1]
+            rows = [np.arange(len(union), dtype=np.int64)]
+        else:
+            union = unique(np.concatenate([f for _, f in fronts]))
+            rows = [np.searchsorted(union, f) for _, f in fronts]
+        ptr = degree_ptr(np.asarray(self.store.degree(union), np.int64))
+        # The kernel over local offsets: ptr is built here from lengths and rows index it, so unchecked.
+        draws = [_sample_hop(ptr, r, k, replace, w.seed, w.stream * 64 + h) for w, r in zip(walks, rows)]
+        if len(walks) == 1:
+            picks = [np.asarray(self.store.entries(union, ptr, draws[0][1]))]
+        else:
+            pos = unique(np.concatenate([p for _, p in draws]))
+            vals = np.asarray(self.store.entries(union, ptr, pos))
+            picks = [vals[np.searchsorted(pos, p)] for _, p in draws]
+        for w, (lo, _), (sptr, p), nb in zip(walks, fronts, draws, picks):
+            eid = (global_positions(self._indptr, union, ptr, p) if self._indptr is not None
+                   else np.full(len(p), -1, np.int64))  # a store without a global indptr has no edge ids
+            w.hop(lo, sptr, nb.astype(np.int64, copy=False), eid)
 
 
 def sample_multihop(indptr: np.ndarray, indices: np.ndarray, seeds, fanouts: list[int], *,

@@ -12,8 +12,10 @@
   call through the scheduler, which doubled the cost of a round on loopback. An optional
   :class:`~labkit.graph.importance.NeighborCache` answers lookups for important vertices
   locally and only the misses go to the owners.
-- :class:`StoreSampler`: multi-hop NEIGHBORHOOD sampling over any store, using the same numba
-  kernels on the neighbour lists the store returns.
+
+Both implement the graph core's store protocols (:mod:`labkit.graph.storage`: ``GraphStore`` and
+``FeatureStore``), so the one sampler (:class:`~labkit.graph.sampling.NeighborSampler`), the PyG
+adapters (:mod:`labkit.graph.pyg`) and the trainers read them as they read CaliEX's disk stores.
 
 A failed fetch (e.g. a dead worker) raises :class:`StoreError` naming the partition and the
 worker; a sample is never returned with parts missing.
@@ -28,14 +30,13 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from labkit.core.arrays import unique
 from labkit.core.errors import LabkitError, bad_value, check_choice
 from labkit.graph.checks import check_features, check_labels
-from labkit.graph.csr import CSR, check_node_ids
+from labkit.graph.csr import CSR
 from labkit.graph.importance import NeighborCache, gather_lists
 from labkit.graph.importance import _split as _split_hits
 from labkit.graph.partition import Partitioning
-from labkit.graph.sampling import MultiHopSample, _relabel, _reset, _sample_hop, check_multihop
+from labkit.graph.storage import check_ids, entries_from_neighbors
 
 #: Seconds a round waits for a partition's reply before naming that partition in a StoreError.
 _REPLY_TIMEOUT_S = 60.0
@@ -99,16 +100,40 @@ class LocalStore:
         self.num_nodes = csr.num_nodes
         self.stats = FetchStats()
 
+    @property
+    def indptr(self) -> np.ndarray:
+        """The CSR's offsets: with :attr:`indices`, what the sampler's fused in-RAM kernels read."""
+        return self.csr.indptr
+
+    @property
+    def indices(self) -> np.ndarray:
+        return self.csr.indices
+
+    @property
+    def dim(self) -> int | None:
+        """Feature columns (None for a store built without features)."""
+        return None if self.x is None else self.x.shape[1]
+
+    def degree(self, ids: np.ndarray) -> np.ndarray:
+        """Return the out-degrees of `ids` (int64)."""
+        ids = check_ids(ids, self.num_nodes)
+        return (self.csr.indptr[ids + 1] - self.csr.indptr[ids]).astype(np.int64, copy=False)
+
     def neighbors(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Return (ptr, nbrs): the out-neighbour lists of `ids` packed in order."""
-        ids = check_node_ids("ids", ids, self.num_nodes)
+        ids = check_ids(ids, self.num_nodes)
         return gather_lists(self.csr.indptr, self.csr.indices, ids)
+
+    def entries(self, ids: np.ndarray, ptr: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Return the entries at local positions `pos` of the lists of `ids` (offsets `ptr`)."""
+        from labkit.graph.storage import global_positions
+        return self.csr.indices[global_positions(self.csr.indptr, ids, ptr, pos)]
 
     def features(self, ids: np.ndarray) -> np.ndarray:
         """Return the feature rows of `ids`."""
         if self.x is None:
             raise bad_value("features", None, "a store built with a feature matrix")
-        return self.x[check_node_ids("ids", ids, self.num_nodes)]
+        return self.x[check_ids(ids, self.num_nodes)]
 
     def close(self) -> None:
         pass
@@ -181,6 +206,9 @@ class PartitionedStore:
             raise bad_value("client", f"a Dask client with 0 workers ({client!r})",
                             "a client whose cluster has at least one worker (wait for workers to join)")
         self.num_nodes, self.backend, self.client = n, backend, client
+        # The offsets stay with the client (8 bytes a vertex): degrees for the sampler's draws need no
+        # round, and sampled edges get their global positions, as from an in-memory CSR.
+        self.indptr = csr.indptr
         self.partitioning, self.owner = partitioning, partitioning.owner
         self.cache, self.labels = cache, labels
         self.indices_dtype = csr.indices.dtype
@@ -311,12 +339,30 @@ class PartitionedStore:
                 pos[p], groups[p] = sel, ids[sel]
         return pos, groups
 
+    @property
+    def dim(self) -> int | None:
+        """Feature columns (None for a store built without features)."""
+        return self.feature_dim
+
+    def degree(self, ids: np.ndarray) -> np.ndarray:
+        """Return the out-degrees of `ids` (int64; from the client's offsets, no round)."""
+        ids = check_ids(ids, self.num_nodes)
+        return (self.indptr[ids + 1] - self.indptr[ids]).astype(np.int64, copy=False)
+
+    def entries(self, ids: np.ndarray, ptr: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Return the sampled entries `pos` of the lists of `ids`: whole lists in one round, then picked.
+
+        A partition ships whole lists (and the cache holds whole lists), so a sample costs one
+        round per hop, the round :meth:`neighbors` makes.
+        """
+        return entries_from_neighbors(self, ids, ptr, pos)
+
     def neighbors(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Return (ptr, nbrs): out-neighbour lists of `ids` in order; cache hits stay local.
 
         One round: a single call per partition with misses (none to a partition whose ids all hit).
         """
-        ids = check_node_ids("ids", ids, self.num_nodes).astype(np.int64, copy=False)
+        ids = check_ids(ids, self.num_nodes)
         cache = self.cache
         if cache is None:
             miss_pos = np.arange(len(ids))
@@ -349,7 +395,7 @@ class PartitionedStore:
         """Return feature rows of `ids`, fetched from their owners (cached rows copied locally)."""
         if self.feature_dim is None:
             raise bad_value("features", None, "a store built with a feature matrix")
-        ids = check_node_ids("ids", ids, self.num_nodes).astype(np.int64, copy=False)
+        ids = check_ids(ids, self.num_nodes)
         out = np.empty((len(ids), self.feature_dim), self.feature_dtype)
         cached = self.cache is not None and self.cache.features is not None
         if cached:
@@ -371,44 +417,6 @@ class PartitionedStore:
     def close(self) -> None:
         """Drop the actors (the cluster itself belongs to whoever started it)."""
         self.servers = []
-
-
-class StoreSampler:
-    """Multi-hop NEIGHBORHOOD sampling over any store's neighbour lists (same kernels as in memory)."""
-
-    def __init__(self, store, *, frontier: str = "new") -> None:
-        check_choice("frontier", frontier, ("new", "all"))
-        self.store, self.frontier = store, frontier
-        self._local = np.full(store.num_nodes, -1, np.int64)
-
-    def sample(self, seeds, fanouts: list[int], *, replace: bool = False, seed: int = 0,
-               stream: int = 0) -> MultiHopSample:
-        """Return the relabelled multi-hop sample of `seeds` (out-neighbours, fetched through the store)."""
-        fanouts, seed, stream = check_multihop(fanouts, seed, stream)
-        seeds = check_node_ids("seeds", np.asarray(seeds), self.store.num_nodes).astype(np.int64)
-        if len(unique(seeds)) != len(seeds):
-            raise bad_value("seeds", "an array with repeated ids", "distinct seed ids")
-        nodes = np.empty(self.store.num_nodes, np.int64)
-        nodes[:len(seeds)] = seeds
-        self._local[seeds] = np.arange(len(seeds))
-        out = MultiHopSample(nodes, num_nodes_per_hop=[len(seeds)])
-        n, start = len(seeds), 0
-        try:
-            for h, k in enumerate(fanouts):
-                lo = start if self.frontier == "new" else 0
-                ptr, nbrs = self.store.neighbors(nodes[lo:n])
-                sptr, pos = _sample_hop(ptr, np.arange(n - lo, dtype=np.int64), k, bool(replace), int(seed),
-                                        int(stream) * 64 + h)
-                cols, n_new = _relabel(nbrs[pos].astype(np.int64), self._local, nodes, n)
-                out.rows.append(np.repeat(np.arange(lo, n, dtype=np.int64), np.diff(sptr)))
-                out.cols.append(cols)
-                out.eids.append(np.full(len(cols), -1, np.int64))  # positions in a fetched buffer mean nothing
-                start, n = n, n_new
-                out.num_nodes_per_hop.append(n)
-        finally:
-            _reset(self._local, nodes, n)
-        out.nodes = nodes[:n].copy()
-        return out
 
 
 def local_cluster(n_workers: int, **kw):

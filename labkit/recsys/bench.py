@@ -37,7 +37,7 @@ from labkit.core.systems import System, register
 from labkit.recsys.cache import CachePlan, SlowTier
 from labkit.recsys.data import SyntheticCTR, criteo_like_cardinalities, make_fields
 from labkit.recsys.model import RecModel, count_ops
-from labkit.recsys.models import PerFieldEmbeddings
+from labkit.recsys.layers import PerFieldEmbeddings
 from labkit.recsys.packing import PackedEmbeddings
 from labkit.recsys.tables import tables_for
 

@@ -21,7 +21,7 @@ from labkit.core.errors import bad_value, check_choice, check_range, check_seed
 from labkit.recsys.cache import CachePlan, SlowTier, check_root
 from labkit.recsys.data import N_DENSE_CRITEO, BadBatch, FieldSpec, JaggedBatch, check_ids
 from labkit.recsys.interleave import Interleaver
-from labkit.recsys.models import (EMB_OPTIMIZERS, DenseArch, PerFieldEmbeddings, check_hidden, check_lr,
+from labkit.recsys.layers import (EMB_OPTIMIZERS, DenseArch, PerFieldEmbeddings, check_hidden, check_lr,
                                   check_specs, model_tables)
 from labkit.recsys.packing import PackedEmbeddings
 

@@ -74,7 +74,7 @@ def packing_headline(fields: int, rows: int, batch: int, *, rounds: int = 9, thr
     from labkit.core.metrics import ResultTable
     from labkit.recsys.bench import _emb_step, set_threads
     from labkit.recsys.data import SyntheticCTR, make_fields
-    from labkit.recsys.models import PerFieldEmbeddings
+    from labkit.recsys.layers import PerFieldEmbeddings
     from labkit.recsys.packing import PackedEmbeddings
     from labkit.recsys.tables import tables_for
 
@@ -133,7 +133,7 @@ def technique_explorer(*, fields: tuple[int, int, int] = (8, 200, 26), batch: tu
     import numpy as np
 
     from labkit.core.errors import check_seed
-    from labkit.recsys.models import MODELS
+    from labkit.recsys.layers import MODELS
 
     slider_range("fields", fields, 1, 100_000)
     slider_range("batch", batch, 1, 10_000_000)

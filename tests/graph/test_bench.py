@@ -76,7 +76,7 @@ def test_an_absent_anchor_is_reported_not_silent(monkeypatch):
     import labkit.graph.bench as gb
     monkeypatch.setattr(gb, "ANCHORS", (("no_such_sampler", "labkit_no_such_sampler_module", "never published"),))
     indptr, indices = np.array([0, 1, 2], np.int64), np.array([1, 0], np.int64)
-    sample, why = gb._anchor_sampler("no_such_sampler", indptr, indices)
+    sample, why = gb.anchor_sampler("no_such_sampler", indptr, indices, gb.ANCHORS)
     assert sample is None and "ModuleNotFoundError" in why
     b = Bench("graph", "ci", CLAIMS, progress=False)
     gb.bench_sample_anchors(b, _Csc(indptr, indices), [np.array([0])], 1, 5)
@@ -95,8 +95,8 @@ def test_a_loaded_anchor_is_timed_against_labkit_as_it_samples(monkeypatch):
     p = RMatParams(scale=8)
     csc = build_csc(*rmat_edges(p), p.num_nodes)
     monkeypatch.setattr(gb, "ANCHORS", (("fake_cpp", "json", "stands in for a C++ sampler"),))
-    monkeypatch.setattr(gb, "_anchor_sampler", lambda name, indptr, indices: (lambda seeds, fanouts: 10 * len(seeds),
-                                                                               None))
+    monkeypatch.setattr(gb, "anchor_sampler", lambda name, indptr, indices, anchors: (
+        lambda seeds, fanouts: 10 * len(seeds), None))
     b = Bench("graph", "ci", CLAIMS, progress=False)
     seeds = [np.arange(8), np.arange(8, 16)]
     gb.bench_sample_anchors(b, csc, seeds, 8, 5)

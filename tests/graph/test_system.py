@@ -13,7 +13,8 @@ from labkit.graph.negative import negative_sample
 from labkit.graph.partition import partition, partition_quality
 from labkit.graph.query import Graph
 from labkit.graph.rmat import RMatParams, rmat_edges
-from labkit.graph.store import LocalStore, PartitionedStore, StoreError, StoreSampler
+from labkit.graph.sampling import NeighborSampler
+from labkit.graph.store import LocalStore, PartitionedStore, StoreError
 from labkit.graph.traverse import edge_batches, node_batches
 
 from tests.graph.conftest import P  # the fixture `g` comes from conftest.py
@@ -63,7 +64,7 @@ def test_partitioned_store_embedded_with_cache(g):
     st = PartitionedStore(csr, part, x, cache=cache)
     _check_store(st, csr, x)
     assert cache.stats.lookups == 500 and 0 < cache.stats.hits < 500
-    s = StoreSampler(st).sample(np.arange(64), [5, 3], seed=2)
+    s = NeighborSampler(st).sample(np.arange(64), [5, 3], seed=2)
     for rows, cols in zip(s.rows, s.cols):
         for r, c in zip(rows, cols):
             assert s.nodes[c] in csr.neighbors(s.nodes[r])

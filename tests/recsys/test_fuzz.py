@@ -19,7 +19,7 @@ from hypothesis import given, settings, strategies as st
 from labkit.recsys.cache import CachePlan, HotRowCache
 from labkit.recsys.data import (BadBatch, FieldSpec, JaggedBatch, TooManyBadRows, category_key, check_ids,
                                 criteo_field_specs, hash_ids, read_criteo_parquet, read_criteo_tsv)
-from labkit.recsys.models import PerFieldEmbeddings
+from labkit.recsys.layers import PerFieldEmbeddings
 from labkit.recsys.packing import PackedEmbeddings
 from labkit.recsys.tables import tables_for
 from tests.fuzz import FUZZ_SETTINGS, Refused, fuzz_call

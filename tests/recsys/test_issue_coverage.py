@@ -15,7 +15,7 @@ from labkit.core.cacheplan import hot_fraction
 from labkit.recsys.cache import SlowTier
 from labkit.recsys.data import (FieldSpec, SyntheticCTR, load_field_specs, make_fields, read_criteo_parquet,
                                 read_criteo_tsv, save_field_specs)
-from labkit.recsys.models import DenseArch, PerFieldEmbeddings
+from labkit.recsys.layers import DenseArch, PerFieldEmbeddings
 from labkit.recsys.packing import PackedEmbeddings
 from labkit.recsys.tables import plan_groups, tables_for
 

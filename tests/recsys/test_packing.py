@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from labkit.recsys.data import SyntheticCTR, make_fields
-from labkit.recsys.models import PerFieldEmbeddings
+from labkit.recsys.layers import PerFieldEmbeddings
 from labkit.recsys.packing import PackedEmbeddings
 from labkit.recsys.tables import plan_groups, tables_for
 

@@ -1,4 +1,5 @@
-"""Wide & Deep, DLRM and DeepFM over an embedding stage, and the per-field embedding baseline.
+"""The layers a recommender is built from: Wide & Deep, DLRM and DeepFM dense networks over an embedding
+stage, and the per-field embedding baseline (:mod:`labkit.recsys.model` assembles them into one model).
 
 The baseline is written the way such models usually are in PyTorch: one ``nn.EmbeddingBag``
 per field with sparse gradients, outputs concatenated, a stock ``torch.optim`` optimizer
