@@ -15,6 +15,7 @@ import numba
 import numpy as np
 
 from labkit.core.arrays import unique
+from labkit.core.cacheplan import NEVER, NextUse, belady_keep
 from labkit.core.errors import check_range
 from labkit.core.memory import BudgetExceeded, MemoryBudget
 
@@ -111,10 +112,8 @@ class BeladyFeatureCache:
     either from an in-memory oracle over the superbatch's node ids (:meth:`start_superbatch`,
     small runs and tests) or, as Ginex does, from an inspection pass over the superbatch
     spilled to disk (:meth:`begin_superbatch` with each node's first use, then :meth:`update`
-    with each mini-batch's next-use array, see :class:`labkit.disk.spill.SampleSpill`).
+    with each mini-batch's next-use array, see :class:`labkit.disk.baselines.spill.SampleSpill`).
     """
-
-    NEVER = np.iinfo(np.int32).max
 
     def __init__(self, capacity_rows: int, num_nodes: int, dim: int, dtype, budget: MemoryBudget,
                  owner: str = "feature cache (belady)") -> None:
@@ -127,14 +126,13 @@ class BeladyFeatureCache:
             self.slot = np.full(num_nodes, -1, np.int32)
             self.rows = np.zeros((self.capacity, dim), dtype)
             self.owner_of = np.full(self.capacity, -1, np.int64)  # node held by each slot
-            self.slot_next = np.full(self.capacity, self.NEVER, np.int32)  # its next use in the superbatch
+            self.slot_next = np.full(self.capacity, NEVER, np.int32)  # its next use in the superbatch
         except MemoryError:
             self.reservation.release()
             raise BudgetExceeded(f"{owner}: the machine could not allocate the {self.capacity} rows "
                                  f"({self.reservation.nbytes} bytes) the budget allows") from None
         self.nbytes = self.reservation.nbytes
-        self._keys: np.ndarray | None = None
-        self._stride = 1
+        self._oracle: NextUse | None = None
         self._b = 0
 
     #: Bytes per cached row besides the row itself: the slot's node (int64) and its next use (int32).
@@ -145,13 +143,9 @@ class BeladyFeatureCache:
 
     def start_superbatch(self, batches_nodes: list[np.ndarray]) -> None:
         """Record when each node is next needed in this superbatch (the Belady oracle, held in RAM)."""
-        s = len(batches_nodes) + 1
-        keys = np.concatenate([np.asarray(v, np.int64) * s + b for b, v in enumerate(batches_nodes)] or
-                              [np.zeros(0, np.int64)])
-        keys.sort()
-        self._keys, self._stride, self._b = keys, s, 0
+        self._oracle, self._b = NextUse(batches_nodes), 0
         held = self._held()
-        self.slot_next[held] = self._next_use(self.owner_of[held], -1)
+        self.slot_next[held] = self._oracle.after(self.owner_of[held], -1)
 
     def begin_superbatch(self, first_use: np.ndarray) -> None:
         """Start a superbatch whose next uses come with each mini-batch (Ginex's inspection on disk).
@@ -159,22 +153,9 @@ class BeladyFeatureCache:
         `first_use` gives each node's first mini-batch in the superbatch (NEVER if none); the
         rows already held take their next use from it.
         """
-        self._keys, self._b = None, 0
+        self._oracle, self._b = None, 0
         held = self._held()
         self.slot_next[held] = first_use[self.owner_of[held]]
-
-    def _next_use(self, nodes: np.ndarray, after: int) -> np.ndarray:
-        s = self._stride
-        nodes = np.asarray(nodes, np.int64)
-        pos = np.searchsorted(self._keys, nodes * s + after + 1)
-        nxt = np.full(nodes.size, self.NEVER, np.int32)
-        if self._keys.size == 0:
-            return nxt
-        ok = pos < self._keys.size
-        k = self._keys[np.minimum(pos, self._keys.size - 1)]
-        ok &= (k // s) == nodes
-        nxt[ok] = k[ok] % s
-        return nxt
 
     def lookup(self, nodes: np.ndarray) -> np.ndarray:
         return self.slot[nodes]
@@ -194,10 +175,10 @@ class BeladyFeatureCache:
             return
         nodes = np.asarray(nodes, np.int64)
         if next_use is None:
-            if self._keys is None:
+            if self._oracle is None:
                 raise ValueError("next_use=None is not accepted after begin_superbatch(); expected each "
                                  "node's next use in the superbatch (from SampleSpill.read)")
-            next_use = self._next_use(nodes, b)
+            next_use = self._oracle.after(nodes, b)
         next_use = np.asarray(next_use, np.int32)
         if next_use.shape != nodes.shape:
             raise ValueError(f"next_use has shape {next_use.shape}; expected {nodes.shape}, one per node")
@@ -210,16 +191,7 @@ class BeladyFeatureCache:
         fresh = nodes[fresh_mask]
         cand = np.concatenate([held, fresh])
         nxt = np.concatenate([self.slot_next[held_slots], next_use[fresh_mask]])
-        useful = nxt != self.NEVER
-        keep = None  # positions into cand
-        if cand.size > self.capacity:
-            n_useful = int(useful.sum())
-            if n_useful >= self.capacity:
-                u = np.flatnonzero(useful)
-                keep = u[np.argpartition(nxt[u], self.capacity - 1)[:self.capacity]]
-            else:  # every row needed again, then held rows, then new ones (held come first in `cand`)
-                rest = np.flatnonzero(~useful)[:self.capacity - n_useful]
-                keep = np.concatenate([np.flatnonzero(useful), rest])
+        keep = belady_keep(nxt, self.capacity)  # positions into cand; held come first in `cand`
         kept = np.ones(cand.size, bool)
         if keep is not None:
             kept[:] = False
@@ -229,7 +201,7 @@ class BeladyFeatureCache:
         if gone_slots.size:
             self.slot[self.owner_of[gone_slots]] = -1
             self.owner_of[gone_slots] = -1
-            self.slot_next[gone_slots] = self.NEVER
+            self.slot_next[gone_slots] = NEVER
         # Admit fresh nodes that are kept into free slots.
         admit_mask = kept[held.size:]
         admit = fresh[admit_mask]

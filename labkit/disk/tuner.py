@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from labkit.core.arrays import unique
+from labkit.core.cacheplan import CachePlan
 from labkit.core.directio import PAGE, extent_pages
 from labkit.disk.costmodel import DiskModel
 from labkit.core.errors import bad_value, check_range
-from labkit.disk.plans import CachePlan
 from labkit.disk.sampler import SampledBatch
 from labkit.disk.store import entry_rows
 

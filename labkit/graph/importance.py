@@ -4,8 +4,9 @@ A vertex's out-neighbour list is *read* once per time the vertex is reached, whi
 proportion to its (k-hop) in-degree, and *costs* memory in proportion to its out-degree; the
 ratio ranks what is worth keeping on every worker. D^k are k-hop path counts
 (D^k(v) = sum of D^{k-1} over v's 1-hop neighbours), a cheap upper bound on distinct k-hop
-neighbours. The plan (which vertices) is data, kept apart from the cache mechanism
-(:class:`NeighborCache`), as Ginex and GNNDrive do.
+neighbours. The plan (which vertices: a :class:`labkit.core.cacheplan.CachePlan` ranked by
+importance) is data, kept apart from the cache mechanism (:class:`NeighborCache`), as Ginex
+and GNNDrive do.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit, prange
 
+from labkit.core.cacheplan import CachePlan, CacheStats, by_score
 from labkit.core.errors import bad_value, check_range
 from labkit.graph.csr import CSR
 
@@ -50,19 +52,11 @@ def importance(csr: CSR, csc: CSR, k: int = 1) -> np.ndarray:
     return imp
 
 
-@dataclass
-class CachePlan:
-    """Which vertices' out-neighbour lists every worker keeps, and why."""
-
-    vertices: np.ndarray
-    threshold: float
-    k: int
-    fraction: float
-    capped: bool
-
-
 def plan_cache(csr: CSR, imp: np.ndarray, threshold: float, *, max_fraction: float = 0.2, k: int = 1) -> CachePlan:
-    """Return the vertices with Imp >= threshold and an out-list, at most max_fraction of all (highest Imp first)."""
+    """Return the plan of vertices with Imp >= threshold and an out-list, at most max_fraction of all (highest Imp first).
+
+    `k` names the hop count the importance was computed with (the policy reads "importance-k").
+    """
     check_range("threshold", threshold, 0.0)
     check_range("max_fraction", max_fraction, 0.0, 1.0)
     imp = np.asarray(imp)
@@ -73,26 +67,10 @@ def plan_cache(csr: CSR, imp: np.ndarray, threshold: float, *, max_fraction: flo
     if imp.dtype.kind not in "iuf":
         raise bad_value("imp", f"an array of dtype {imp.dtype}", "an array of numbers (importance(csr, csc, k))")
     deg = csr.degree()
-    cand = np.flatnonzero((imp >= threshold) & (deg > 0))
-    cap = int(max_fraction * csr.num_nodes)
-    capped = len(cand) > cap
-    if capped:
-        cand = cand[np.argsort(-imp[cand], kind="stable")[:cap]]
-    cand = np.sort(cand)
-    return CachePlan(cand, float(threshold), k, len(cand) / max(1, csr.num_nodes), capped)
-
-
-@dataclass
-class CacheStats:
-    """Lookups, hits and the remote fetches (and bytes) the cache saved."""
-
-    lookups: int = 0
-    hits: int = 0
-    bytes_saved: int = 0
-
-    @property
-    def hit_rate(self) -> float:
-        return self.hits / self.lookups if self.lookups else 0.0
+    # A list costs its neighbour ids and its offset in the cache's CSR.
+    cost = deg.astype(np.int64) * csr.indices.itemsize + 8
+    return by_score(imp, (imp >= threshold) & (deg > 0), limit=int(max_fraction * csr.num_nodes), cost=cost,
+                    policy=f"importance-{k}", kind="topology")
 
 
 @njit(nogil=True, cache=True)
@@ -191,7 +169,7 @@ class NeighborCache:
         BudgetExceeded is raised (nothing allocated) if they do not fit.
         """
         n = csr.num_nodes
-        v = np.asarray(plan.vertices)
+        v = plan.vertices  # the cached set in id order: the layout of the cache's CSR
         if v.ndim != 1 or v.dtype.kind not in "iu":
             raise bad_value("plan", f"a CachePlan with vertices of shape {v.shape} and dtype {v.dtype}",
                             "a CachePlan from plan_cache (1-d integer vertex ids)")
@@ -203,14 +181,14 @@ class NeighborCache:
             raise bad_value("features", f"array of shape {np.shape(features)}",
                             f"a 2-d array of {n} rows (one per node)")
         if budget is not None:
-            deg = np.diff(csr.indptr)[plan.vertices]
-            need = int(deg.sum()) * csr.indices.itemsize + 8 * (len(plan.vertices) + 1) + \
-                (0 if features is None else len(plan.vertices) * features[:1].nbytes)
+            deg = np.diff(csr.indptr)[v]
+            need = int(deg.sum()) * csr.indices.itemsize + 8 * (len(v) + 1) + \
+                (0 if features is None else len(v) * features[:1].nbytes)
             reservation = budget.reserve("importance cache", need)
         slot = np.full(csr.num_nodes, -1, np.int32 if csr.num_nodes < 2**31 else np.int64)
-        slot[plan.vertices] = np.arange(len(plan.vertices))
-        ptr, idx = gather_lists(csr.indptr, csr.indices, plan.vertices)
-        x = None if features is None else np.ascontiguousarray(features[plan.vertices])
+        slot[v] = np.arange(len(v))
+        ptr, idx = gather_lists(csr.indptr, csr.indices, v)
+        x = None if features is None else np.ascontiguousarray(features[v])
         return cls(slot, ptr, idx, plan, features=x, reservation=reservation if budget is not None else None)
 
     @property
@@ -225,22 +203,23 @@ class NeighborCache:
     def feature_rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Return (hit mask, rows of the hits) for attribute lookups of `ids`."""
         hit = _split(ids, self.slot)
-        self.feature_stats.lookups += len(ids)
-        self.feature_stats.hits += int(hit.sum())
+        h = int(hit.sum())
+        self.feature_stats.hits += h
+        self.feature_stats.misses += len(ids) - h
         rows = self.features[self.slot[ids[hit]]]
-        self.feature_stats.bytes_saved += rows.nbytes
+        self.feature_stats.hit_bytes += rows.nbytes
         return hit, rows
 
     @property
     def num_cached(self) -> int:
-        return len(self.plan.vertices)
+        return self.plan.size
 
     def split(self, ids: np.ndarray) -> np.ndarray:
         """Return a bool mask of which `ids` hit (and count the lookups and hits)."""
         hit = _split(ids, self.slot)
-        self.stats.lookups += len(ids)
         h = int(hit.sum())
         self.stats.hits += h
+        self.stats.misses += len(ids) - h
         return hit
 
     def list_lengths(self, ids: np.ndarray, hit_pos: np.ndarray, counts: np.ndarray) -> None:
@@ -250,17 +229,17 @@ class NeighborCache:
     def place_lists(self, ids: np.ndarray, hit_pos: np.ndarray, out_ptr: np.ndarray, out: np.ndarray) -> None:
         """Copy the cached list of ids[i] into out[out_ptr[i]:out_ptr[i + 1]] for every i in `hit_pos`."""
         n = _place_cached(ids, hit_pos, self.slot, self.indptr, self.indices, out_ptr, out)
-        self.stats.bytes_saved += n * self.indices.itemsize + 8 * len(hit_pos)
+        self.stats.hit_bytes += n * self.indices.itemsize + 8 * len(hit_pos)
 
     def place_feature_rows(self, ids: np.ndarray, hit_pos: np.ndarray, out: np.ndarray) -> None:
         """Copy the cached attribute row of ids[i] into out[i] for every i in `hit_pos` (and count the lookups)."""
         _place_rows(ids, hit_pos, self.slot, self.features, out)
-        self.feature_stats.lookups += len(ids)
         self.feature_stats.hits += len(hit_pos)
-        self.feature_stats.bytes_saved += len(hit_pos) * out[:1].nbytes
+        self.feature_stats.misses += len(ids) - len(hit_pos)
+        self.feature_stats.hit_bytes += len(hit_pos) * out[:1].nbytes
 
     def lists(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Return (ptr, nbrs) for cached `ids` (all must hit)."""
         ptr, out = gather_lists(self.indptr, self.indices, self.slot[ids].astype(np.int64))
-        self.stats.bytes_saved += out.nbytes + 8 * len(ids)
+        self.stats.hit_bytes += out.nbytes + 8 * len(ids)
         return ptr, out

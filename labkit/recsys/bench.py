@@ -32,9 +32,10 @@ import numpy as np
 import torch
 
 from labkit.core.bench import Bench, Claim, Comparison
+from labkit.core.cacheplan import hot_fraction
 from labkit.core.errors import check_range
 from labkit.core.systems import System, register
-from labkit.recsys.cache import CachePlan, SlowTier
+from labkit.recsys.cache import SlowTier
 from labkit.recsys.data import SyntheticCTR, criteo_like_cardinalities, make_fields
 from labkit.recsys.model import RecModel, count_ops
 from labkit.recsys.layers import PerFieldEmbeddings
@@ -454,7 +455,7 @@ def cache_case(b: Bench, sz: dict) -> dict:
             test = [gen.batch(sz["batch"], 1000 + i) for i in range(5)]
             seen = int(sum(int(np.count_nonzero(c)) for c in counts))
             for frac in (0.01, 0.02, 0.05, 0.10, 0.20):
-                stage.plan_cache(CachePlan.from_fraction(counts, frac))
+                stage.plan_cache(hot_fraction(counts, frac))
                 for t in test:
                     stage.lookup(t)
                 hr = stage.hit_rate

@@ -1,8 +1,8 @@
-"""Hot-row caching: a frequency-based cache plan, the cache itself, and the slow tier behind it.
+"""Hot-row caching: the cache itself and the slow tier behind it.
 
 Three parts, kept apart as in Ginex: the *plan* (which rows are hot: data, built from observed
-id counts), the *cache* (a compact fast-tier copy of those rows plus a row -> slot map) and the
-*slow tier* (the full table: a memory-mapped file behind RAM on a CPU, host memory behind a
+id counts by :func:`labkit.core.cacheplan.hot_rows`), the *cache* (a compact fast-tier copy of
+those rows plus a row -> slot map) and the *slow tier* (the full table: a memory-mapped file behind RAM on a CPU, host memory behind a
 GPU). Lookups and updates of cached rows go to the cache; the rest go to the slow tier.
 """
 
@@ -16,52 +16,11 @@ import uuid
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from labkit.core.errors import bad_value, check_range
-
-
-@dataclass
-class CachePlan:
-    """Which rows of each packed table are cached: `rows[g]` lists group g's hot rows."""
-
-    rows: list[np.ndarray]
-    capacity: int
-    total_rows: int
-
-    @property
-    def fraction(self) -> float:
-        return self.capacity / max(1, self.total_rows)
-
-    @classmethod
-    def from_counts(cls, counts: Sequence[np.ndarray], capacity: int) -> "CachePlan":
-        """Pick the `capacity` most frequently seen rows over all tables (ties: lower row first).
-
-        One global ranking, so a small, hot table is cached whole while a huge, flat one gets
-        only its head: the budget goes where the hits are.
-        """
-        total = int(sum(c.shape[0] for c in counts))
-        capacity = int(check_range("capacity", capacity, 0, total, integer=True))  # 2.0 is 2: argpartition takes ints
-        if capacity == 0:
-            return cls([np.zeros(0, np.int64) for _ in counts], 0, total)
-        flat = np.concatenate([np.asarray(c, np.int64) for c in counts])
-        top = np.argpartition(-flat, capacity - 1)[:capacity] if capacity < total else np.arange(total)
-        top = top[flat[top] > 0]  # never cache a row nobody asked for
-        edges = np.cumsum([0] + [c.shape[0] for c in counts])
-        rows = []
-        for g in range(len(counts)):
-            sel = top[(top >= edges[g]) & (top < edges[g + 1])] - edges[g]
-            rows.append(np.sort(sel).astype(np.int64))
-        return cls(rows, int(sum(r.size for r in rows)), total)
-
-    @classmethod
-    def from_fraction(cls, counts: Sequence[np.ndarray], fraction: float) -> "CachePlan":
-        """Plan a cache holding `fraction` of all rows (0..1), chosen by count."""
-        check_range("fraction", fraction, 0.0, 1.0)
-        total = int(sum(c.shape[0] for c in counts))
-        return cls.from_counts(counts, int(round(fraction * total)))
+from labkit.core.errors import bad_value
 
 
 class HotRowCache:

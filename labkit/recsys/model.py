@@ -17,8 +17,9 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from labkit.core.cacheplan import CachePlan, hot_fraction
 from labkit.core.errors import bad_value, check_choice, check_range, check_seed
-from labkit.recsys.cache import CachePlan, SlowTier, check_root
+from labkit.recsys.cache import SlowTier, check_root
 from labkit.recsys.data import N_DENSE_CRITEO, BadBatch, FieldSpec, JaggedBatch, check_ids
 from labkit.recsys.interleave import Interleaver
 from labkit.recsys.layers import (EMB_OPTIMIZERS, DenseArch, PerFieldEmbeddings, check_hidden, check_lr,
@@ -157,7 +158,7 @@ class RecModel:
             raise ValueError("cache=0 is not accepted for warm_cache; build the model with cache > 0")
         frac = self.techniques.cache if fraction is None else fraction
         counts = self.embeddings.count_ids(batches)
-        plan = CachePlan.from_fraction(counts, frac)
+        plan = hot_fraction(counts, frac)
         self.embeddings.plan_cache(plan)
         return plan
 

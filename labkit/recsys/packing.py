@@ -16,9 +16,10 @@ import numpy as np
 import torch
 
 from labkit.core.buffers import BufferPool, aligned_empty
+from labkit.core.cacheplan import CachePlan
 from labkit.core.errors import bad_value, check_choice
 from labkit.recsys import kernels
-from labkit.recsys.cache import CachePlan, HotRowCache, SlowTier, hit_rate
+from labkit.recsys.cache import HotRowCache, SlowTier, hit_rate
 from labkit.recsys.data import JaggedBatch, check_fits, check_lr
 from labkit.recsys.tables import Table, column_offsets, init_blocks, plan_groups
 

@@ -264,11 +264,11 @@ def cache_curve_explorer(stage, counts, batches, *, fractions=(0.005, 0.01, 0.02
     import ipywidgets as W
     import plotly.graph_objects as go
 
-    from labkit.recsys.cache import CachePlan
+    from labkit.core.cacheplan import hot_fraction
     from labkit.ui import slider_plot
 
     def measure(frac: float) -> float:
-        stage.plan_cache(CachePlan.from_fraction(counts, frac))
+        stage.plan_cache(hot_fraction(counts, frac))
         for b in batches:
             stage.lookup(b)
         return stage.hit_rate

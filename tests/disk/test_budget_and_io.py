@@ -11,7 +11,7 @@ from labkit.core.datasets import get_spec
 from labkit.core.directio import PAGE, probe_direct
 from labkit.disk.costmodel import DiskModel
 from labkit.core.memory import MemoryBudget
-from labkit.disk import plans
+from labkit.core import cacheplan
 from labkit.disk.store import DiskFeatures, DiskTopology, IOPolicy, MemoryFeatures, MemoryTopology
 
 
@@ -32,8 +32,8 @@ def test_caches_hold_no_more_than_they_reserve(ds):
     dt, df = DiskTopology(ds, b), DiskFeatures(ds, b)
     try:
         ip = dt.indptr
-        tplan = plans.topology_degree(ds.array("out_degree", mmap=False), ip)
-        fplan = plans.features_degree(ds.array("out_degree", mmap=False), df.row_bytes)
+        tplan = cacheplan.lists_by_degree(ds.array("out_degree", mmap=False), ip)
+        fplan = cacheplan.rows_by_degree(ds.array("out_degree", mmap=False), df.row_bytes)
         dt.set_cache(tplan.order[:200])  # a view of an order over every node with in-edges
         df.set_cache(fplan.order[:300])
         assert tplan.order.size > 10 * 200

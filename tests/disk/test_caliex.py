@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from labkit.core.datasets import DatasetError, make_dataset, open_dataset
 from labkit.core.memory import BudgetExceeded, MemoryBudget
+from labkit.core import cacheplan
 from labkit.disk import plans
 from labkit.disk.iocache import BeladyFeatureCache
 from labkit.disk.sampler import NeighborSampler, batch_seeds
@@ -122,21 +123,21 @@ def test_belady_cache_stays_full_across_superbatches():
 
 def test_plans_cut_to_capacity(ds, pre):
     ip = ds.array("indptr")
-    tp = plans.topology_presampled(pre.counts, ip)
-    kept = tp.cut(100_000)
+    tp = cacheplan.lists_by_access(pre.counts, ip)
+    kept = tp.cut(100_000).order
     assert tp.cost[kept].sum() <= 100_000
     assert tp.cost[tp.order[:kept.size + 1]].sum() > 100_000 or kept.size == tp.order.size
-    fp = plans.features_presampled(pre.counts, 512)
+    fp = cacheplan.rows_by_access(pre.counts, 512)
     assert fp.cut(512 * 10).size == 10
-    dp = plans.topology_degree(ds.array("out_degree"), ip)
+    dp = cacheplan.lists_by_degree(ds.array("out_degree"), ip)
     assert np.all(np.diff(dp.score[dp.order]) <= 0)
 
 
 def test_plans_held_bytes_within_the_stated_bound(ds, pre):
     # CaliEX keeps both plans while its caches fill, outside the budget; rss states their bytes per node.
     ip, n = ds.array("indptr"), ds.array("indptr").size - 1
-    tp = plans.topology_presampled(pre.counts, ip)
-    fp = plans.features_presampled(pre.counts, 512, prior=ds.array("out_degree"))
+    tp = cacheplan.lists_by_access(pre.counts, ip)
+    fp = cacheplan.rows_by_access(pre.counts, 512, prior=ds.array("out_degree"))
     assert tp.order.dtype == fp.order.dtype == np.int32 and tp.cost.dtype == np.int32
     assert fp.cost.strides == (0,) and fp.nbytes == fp.order.nbytes + fp.score.nbytes + 8
     assert tp.nbytes + fp.nbytes <= plans.caliex_plans_nbytes(n)
@@ -147,7 +148,7 @@ def test_plans_held_bytes_within_the_stated_bound(ds, pre):
     wide = np.concatenate([np.flatnonzero((pre.counts.topology > 0) & (cost >= 4096)),
                            np.flatnonzero((pre.counts.topology > 0) & (cost < 4096) & (cost > 0))])
     assert np.array_equal(np.sort(tp.order), np.sort(wide))
-    assert np.array_equal(fp.cut(512 * 100), fp.order[:100])
+    assert np.array_equal(fp.cut(512 * 100).order, fp.order[:100])
 
 
 def test_tuner_curve(ds, pre):
@@ -278,7 +279,7 @@ def test_pipeline_overlaps_stages_and_keeps_order(ds, pre):
 def test_tuner_serial_model_adds_stages(ds, pre):
     from labkit.disk.tuner import Tuner
     ip = ds.array("indptr")
-    tp, fp = plans.topology_presampled(pre.counts, ip), plans.features_presampled(pre.counts, 512)
+    tp, fp = cacheplan.lists_by_access(pre.counts, ip), cacheplan.rows_by_access(pre.counts, 512)
     args = (pre.batches, ip, 512, tp, fp, pre.profile, 20 << 20)
     serial, piped = Tuner(*args, pipelined=False).predict(0.3), Tuner(*args).predict(0.3)
     assert serial["total"] == pytest.approx(serial["sample"] + serial["gather"] + serial["train"])
@@ -288,7 +289,7 @@ def test_tuner_serial_model_adds_stages(ds, pre):
 
 def test_feature_plan_prior_ranks_unseen_rows(ds, pre):
     deg = ds.array("out_degree")
-    fp = plans.features_presampled(pre.counts, 512, prior=deg)
+    fp = cacheplan.rows_by_access(pre.counts, 512, prior=deg)
     seen = pre.counts.features > 0
     # Rows never pre-sampled still enter the plan, ranked by the prior; counts still lift a row.
     assert fp.order.size >= int(seen.sum()) and fp.order.size > 0
@@ -298,7 +299,7 @@ def test_feature_plan_prior_ranks_unseen_rows(ds, pre):
     if w.size:
         assert fp.score[w[0]] > fp.score[v]
     with pytest.raises(ValueError, match="prior has shape"):
-        plans.features_presampled(pre.counts, 512, prior=deg[:10])
+        cacheplan.rows_by_access(pre.counts, 512, prior=deg[:10])
 
 
 def test_feature_cache_lookup_and_partial_rows(ds):

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from labkit.core.machine import memory_bytes
 from labkit.core.memory import MemoryBudget, check_budget, machine_limit, parse_bytes
-from labkit.disk import plans
+from labkit.core import cacheplan
 from labkit.disk.iocache import BeladyFeatureCache
 from labkit.disk.sampler import NeighborSampler, batch_seeds
 from labkit.disk.store import MemoryTopology
@@ -69,8 +69,8 @@ def _toy_graph(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def test_fuzz_cache_plans(n, seed, f, cache_bytes, row_bytes):
     indptr, _ = _toy_graph(n, seed)
     out_deg = np.random.default_rng(seed + 1).integers(0, 9, n)
-    tplan = plans.topology_degree(out_deg, indptr)
-    fplan = plans.features_degree(out_deg, row_bytes)
+    tplan = cacheplan.lists_by_degree(out_deg, indptr)
+    fplan = cacheplan.rows_by_degree(out_deg, row_bytes)
     try:
         t_nodes, f_nodes = fuzz_call("disk.split_caches", split_caches, f, cache_bytes, n, tplan, fplan)
     except Refused:

@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from labkit.recsys.cache import CachePlan, HotRowCache
+from labkit.core.cacheplan import hot_fraction, hot_rows
+from labkit.recsys.cache import HotRowCache
 from labkit.recsys.data import (BadBatch, FieldSpec, JaggedBatch, TooManyBadRows, category_key, check_ids,
                                 criteo_field_specs, hash_ids, read_criteo_parquet, read_criteo_tsv)
 from labkit.recsys.layers import PerFieldEmbeddings
@@ -318,21 +319,21 @@ def test_fuzz_embedding_lookup_with_ids_out_of_range(kind, b, data, n_fields):
 def test_fuzz_cache_plan_budgets(counts, capacity, fraction):
     counts = [np.array(c, np.int64) for c in counts]
     total = sum(c.size for c in counts)
-    for name, fn, arg in (("recsys.CachePlan.from_counts", CachePlan.from_counts, capacity),
-                          ("recsys.CachePlan.from_fraction", CachePlan.from_fraction, fraction)):
+    for name, fn, arg in (("core.cacheplan.hot_rows", hot_rows, capacity),
+                          ("core.cacheplan.hot_fraction", hot_fraction, fraction)):
         try:
             plan = fuzz_call(name, fn, counts, arg)
         except Refused:
             continue
-        budget = int(arg) if name.endswith("counts") else int(round(arg * total))
-        assert plan.total_rows == total and plan.capacity == sum(r.size for r in plan.rows) <= budget
+        budget = int(arg) if name.endswith("rows") else int(round(arg * total))
+        assert plan.num_ids == total and plan.size == sum(r.size for r in plan.rows) <= budget
         picked = np.concatenate([c[r] for c, r in zip(counts, plan.rows)]) if total else np.zeros(0)
         rest = np.concatenate([np.delete(c, r) for c, r in zip(counts, plan.rows)]) if total else np.zeros(0)
         assert (picked > 0).all()
         for c, r in zip(counts, plan.rows):
             assert (np.diff(r) > 0).all() and (r.size == 0 or (r.min() >= 0 and r.max() < c.size))
         if picked.size and rest.size:
-            assert picked.min() >= rest.max() or plan.capacity == (np.concatenate(counts) > 0).sum()
+            assert picked.min() >= rest.max() or plan.size == (np.concatenate(counts) > 0).sum()
 
 
 @settings(parent=FUZZ_SETTINGS, max_examples=25)
@@ -351,7 +352,7 @@ def test_fuzz_hot_row_cache_fill_and_packed_cache(rows, fraction):
     emb = _emb("field")
     batch = JaggedBatch(["A", "B", "C"], [1, 2, 0, 1, 10, 3], np.full(6, 1), np.zeros((2, 13)), np.zeros(2))
     before = emb.lookup(batch).clone()
-    plan = fuzz_call("recsys.CachePlan.from_fraction", CachePlan.from_fraction, emb.count_ids([batch]), fraction)
+    plan = fuzz_call("core.cacheplan.hot_fraction", hot_fraction, emb.count_ids([batch]), fraction)
     emb.plan_cache(plan)
     try:
         assert np.array_equal(emb.lookup(batch).numpy(), before.numpy())

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from labkit.recsys.cache import CachePlan
+from labkit.core.cacheplan import hot_rows
 from labkit.recsys.data import BadBatch, FieldSpec, JaggedBatch, SyntheticCTR, check_ids, make_fields
 from labkit.recsys.model import RecModel, Techniques, count_ops
 
@@ -84,11 +84,13 @@ def test_packing_cuts_operators_per_step():
 
 def test_cache_plan_prefers_hot_rows_across_tables():
     counts = [np.array([0, 5, 1, 9]), np.array([100, 0])]
-    plan = CachePlan.from_counts(counts, 3)
+    plan = hot_rows(counts, 3)
     assert [r.tolist() for r in plan.rows] == [[1, 3], [0]]
-    assert CachePlan.from_counts(counts, 6).capacity == 4  # rows never seen are not cached
+    assert plan.order.tolist() == [4, 3, 1]  # best first, in the packed id space
+    six = hot_rows(counts, 6)
+    assert six.size == 4 and six.capacity == 6  # rows never seen are not cached
     with pytest.raises(ValueError, match="capacity=7"):
-        CachePlan.from_counts(counts, 7)
+        hot_rows(counts, 7)
 
 
 @pytest.mark.parametrize("packing", [False, True])

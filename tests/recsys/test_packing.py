@@ -78,13 +78,14 @@ def test_a_batch_longer_than_a_tile_matches_per_field(hotness):
 
 
 def test_cached_stage_reads_and_updates_through_the_cache(tmp_path):
-    from labkit.recsys.cache import CachePlan, SlowTier
+    from labkit.core.cacheplan import hot_fraction
+    from labkit.recsys.cache import SlowTier
     _, tables, gen = _setup()
     ram = PackedEmbeddings(tables, optimizer="adagrad")
     tier = SlowTier.create(tmp_path)
     tiered = PackedEmbeddings(tables, optimizer="adagrad", slow_tier=tier)
     counts = tiered.count_ids(gen.batches(64, 3))
-    tiered.plan_cache(CachePlan.from_fraction(counts, 0.2))
+    tiered.plan_cache(hot_fraction(counts, 0.2))
     assert tiered.cached_rows > 0
     for step in range(3):
         b = gen.batch(64, 10 + step)
@@ -187,7 +188,8 @@ def test_unclosed_slow_tier_is_removed_at_exit(tmp_path):
 def test_cache_replans_and_drop_write_every_update_back_to_the_slow_tier(tmp_path, optimizer):
     """Re-planning flushes the old cache and drop_cache flushes the last one: afterwards the raw
     slow-tier files hold exactly what a RAM-only stage trained on the same batches holds."""
-    from labkit.recsys.cache import CachePlan, SlowTier
+    from labkit.core.cacheplan import hot_fraction
+    from labkit.recsys.cache import SlowTier
     _, tables, gen = _setup()
     ram = PackedEmbeddings(tables, optimizer=optimizer, lr=0.1)
     tier = SlowTier.create(tmp_path)
@@ -196,7 +198,7 @@ def test_cache_replans_and_drop_write_every_update_back_to_the_slow_tier(tmp_pat
     stale = 0
     for step, fraction in enumerate(fractions):
         batches = [gen.batch(64, 100 * step + j) for j in range(2)]
-        tiered.plan_cache(CachePlan.from_fraction(tiered.count_ids(batches), fraction))
+        tiered.plan_cache(hot_fraction(tiered.count_ids(batches), fraction))
         assert (tiered.cached_rows > 0) == (fraction > 0)
         for j, b in enumerate(batches):
             assert torch.equal(ram.lookup(b), tiered.lookup(b))
@@ -232,7 +234,7 @@ def test_cache_replans_and_drop_write_every_update_back_to_the_slow_tier(tmp_pat
 def test_every_row_width_path_matches_per_field(optimizer, hotness, cached):
     """The kernels have literal-width copies of their row loops (8, 16, 32, 64) and a generic one
     (any other width); single-hot bags take their own path. All must look up and update alike."""
-    from labkit.recsys.cache import CachePlan
+    from labkit.core.cacheplan import hot_fraction
     specs = make_fields(6, cardinality=[50, 400], dims=[4, 8, 12, 16, 32, 64], hotness=hotness,
                         pooling=["sum", "mean"])
     tables = tables_for(specs)
@@ -241,7 +243,7 @@ def test_every_row_width_path_matches_per_field(optimizer, hotness, cached):
     packed = PackedEmbeddings(tables, optimizer=optimizer, lr=0.1)
     assert sorted({g.dim for g in packed.groups}) == [4, 8, 12, 16, 32, 64]
     if cached:
-        packed.plan_cache(CachePlan.from_fraction(packed.count_ids(gen.batches(64, 2)), 0.3))
+        packed.plan_cache(hot_fraction(packed.count_ids(gen.batches(64, 2)), 0.3))
         assert packed.cached_rows > 0
     for step in range(3):
         b = gen.batch(64, 10 + step)
@@ -264,7 +266,7 @@ def test_single_hot_lookups_stream_whole_lines_and_match_per_field(monkeypatch, 
     dims 8 and 16 the rows are 288 bytes and the dim-16 group starts at column 24, off the line
     boundaries: every group must take the plain path."""
     from labkit.recsys import kernels
-    from labkit.recsys.cache import CachePlan
+    from labkit.core.cacheplan import hot_fraction
     streamed = []
     real = kernels.pooled_lookup
 
@@ -278,7 +280,7 @@ def test_single_hot_lookups_stream_whole_lines_and_match_per_field(monkeypatch, 
         gen = SyntheticCTR(specs, seed=5)
         base, packed = PerFieldEmbeddings(tables, optimizer="sgd"), PackedEmbeddings(tables, optimizer="sgd")
         if cached:
-            packed.plan_cache(CachePlan.from_fraction(packed.count_ids(gen.batches(64, 2)), 0.3))
+            packed.plan_cache(hot_fraction(packed.count_ids(gen.batches(64, 2)), 0.3))
         for step in range(2):
             b = gen.batch(33, step)
             streamed.clear()
