@@ -26,9 +26,10 @@ fp32): ``make_dataset("caliex", profile, root=..., params={"dtype": "float16"})`
 
 Features are streamed in pieces of 8192 rows (centroid of the node's community plus Gaussian
 noise, noisy enough that one node alone is a poor guess and its neighbourhood a good one). The
-edge list is streamed twice: once to count degrees (:func:`count_csc_degrees`), once to scatter
-each edge straight into the memory-mapped ``indices`` file being built (:func:`scatter_csc_file`),
-a window of rows at a time, each window's pages unmapped once written. Neither the edge list nor
+edge list is streamed twice through the graph core's out-of-core builder: once to count degrees
+(:func:`count_csc_degrees`), once to scatter each edge straight into the memory-mapped ``indices``
+file being built (:func:`scatter_csc_file`), a window of rows at a time, each window's pages
+unmapped once written. Neither the edge list nor
 ``indices`` is ever held in RAM: the build holds O(nodes) arrays (indptr, degrees, cursors), one
 edge chunk (twice: as drawn and grouped by window) and one window of ``indices`` mapped.
 """
@@ -42,14 +43,12 @@ import os
 import sys
 from typing import Callable, Iterable
 
-import numba
 import numpy as np
-from numba import njit, prange
 
 from labkit.core.datasets import DatasetWriter, register_dataset
 from labkit.core.errors import bad_value, check_range
-from labkit.graph.csr import check_node_ids, check_num_nodes
-from labkit.graph.rmat import RMatParams, rmat_edge_chunks, rmat_labels
+from labkit.graph.csr import check_node_ids, check_num_nodes, count_csr_chunked, scatter_csr_chunked
+from labkit.graph.rmat import RMatParams, community_feature_pieces, rmat_edge_chunks, rmat_labels
 
 NAME = "caliex"
 _STREAM_CENTROIDS = 31
@@ -85,84 +84,21 @@ def feature_chunks(p: dict, labels: np.ndarray, chunk_rows: int = 1 << 18):
     centroids = np.random.default_rng([seed, _STREAM_CENTROIDS]).standard_normal(
         (int(p["communities"]), dim)).astype(np.float32)
     for k, lo in enumerate(range(0, labels.size, chunk_rows)):
-        hi = min(lo + chunk_rows, labels.size)
         rng = np.random.default_rng([seed, _STREAM_NOISE, k])
-        for a in range(lo, hi, _PIECE_ROWS):
-            b = min(a + _PIECE_ROWS, hi)
-            x = rng.standard_normal((b - a, dim), dtype=np.float32)
-            x *= float(p["noise"])
-            x += centroids[labels[a:b]]
+        for x in community_feature_pieces(labels, centroids, float(p["noise"]), rng, lo,
+                                          min(lo + chunk_rows, labels.size), _PIECE_ROWS):
             yield x.astype(dtype, copy=False)
 
 
-def _threads() -> int:
-    return max(1, numba.get_num_threads())
-
-
-@njit(nogil=True, cache=True)
-def _count_degrees(src, dst, in_deg, out_deg):
-    """in_deg[d] += 1 and out_deg[s] += 1 per edge s -> d, self-loops dropped.
-
-    Serial, so no threads x nodes histograms are needed; the pass is bound by drawing the edges.
-    """
-    for i in range(len(src)):
-        s = src[i]
-        d = dst[i]
-        if s != d:
-            in_deg[d] += 1
-            out_deg[s] += 1
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def _bucket_counts(src, dst, bucket, counts):
-    """counts[t, b] = edges s -> d (self-loops dropped) of thread t's slice whose row d is in bucket b."""
-    nt = counts.shape[0]
-    m = len(src)
-    for t in prange(nt):
-        for i in range(t * m // nt, (t + 1) * m // nt):
-            s = src[i]
-            d = dst[i]
-            if s != d:
-                counts[t, bucket[d]] += 1
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def _bucket_place(src, dst, bucket, start, part_src, part_dst):
-    """Copy the edges into bucket order: thread t writes bucket b's edges of its slice from start[t, b].
-
-    Stable: within a bucket, edges keep input order (thread slices are laid out in order).
-    """
-    nt = start.shape[0]
-    m = len(src)
-    for t in prange(nt):
-        c = start[t].copy()
-        for i in range(t * m // nt, (t + 1) * m // nt):
-            s = src[i]
-            d = dst[i]
-            if s != d:
-                b = bucket[d]
-                p = c[b]
-                part_src[p] = s
-                part_dst[p] = d
-                c[b] = p + 1
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def _scatter_buckets(part_src, part_dst, bstart, b0, b1, cursor, end, out, overflow):
-    """out[cursor[d]++] = s for every edge of buckets [b0, b1) (bucket b is part[bstart[b]:bstart[b+1]]).
-
-    One bucket per iteration and buckets own disjoint rows: no shared writes; each row keeps input
-    order. A write past a row's end (a stream that did not replay) is skipped and counted.
-    """
-    for b in prange(b0, b1):
-        for q in range(bstart[b], bstart[b + 1]):
-            d = part_dst[q]
-            p = cursor[d]
-            if p >= end[d]:
-                overflow[b] += 1
-                continue
-            out[p] = part_src[q]
-            cursor[d] = p + 1
+def _csc(chunks: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]], num_nodes: int):
+    """The stream's edges reversed (dst, src), checked by their names here: the CSC is the reversed CSR."""
+    def reversed_chunks():
+        for s, d in chunks():
+            s, d = check_node_ids("src", np.asarray(s), num_nodes), check_node_ids("dst", np.asarray(d), num_nodes)
+            if len(s) != len(d):
+                raise ValueError(f"src/dst have lengths {len(s)} and {len(d)}; expected equal lengths")
+            yield d, s
+    return reversed_chunks
 
 
 def count_csc_degrees(chunks: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]],
@@ -170,33 +106,13 @@ def count_csc_degrees(chunks: Callable[[], Iterable[tuple[np.ndarray, np.ndarray
     """Return (indptr, out_degree) of the in-edge structure (CSC) of the edges src -> dst in ``chunks()``.
 
     Self-loops are dropped. ``indptr`` (int64 [N+1]) bounds each row's in-neighbours;
-    ``out_degree`` (int64 [N]) counts each node's kept out-edges. One pass, one chunk held.
+    ``out_degree`` (int64 [N]) counts each node's kept out-edges. One pass
+    (:func:`labkit.graph.csr.count_csr_chunked` of the reversed edges), one chunk held.
     """
     num_nodes = check_num_nodes(num_nodes, 1)
-    indptr = np.zeros(num_nodes + 1, np.int64)
     out_deg = np.zeros(num_nodes, np.int64)
-    for s, d in chunks():
-        s, d = check_node_ids("src", np.asarray(s), num_nodes), check_node_ids("dst", np.asarray(d), num_nodes)
-        if len(s) != len(d):
-            raise ValueError(f"src/dst have lengths {len(s)} and {len(d)}; expected equal lengths")
-        _count_degrees(s, d, indptr[1:], out_deg)
-    np.cumsum(indptr, out=indptr)
+    indptr = count_csr_chunked(_csc(chunks, num_nodes), num_nodes, drop_self_loops=True, column_degree=out_deg)
     return indptr, out_deg
-
-
-def _bucket_cuts(indptr: np.ndarray, window: int, nt: int) -> np.ndarray:
-    """Row cuts: windows of about `window` edges, each cut into `nt` buckets of about equal edges.
-
-    Window w is buckets [w * nt, (w + 1) * nt); a row is never split (a bucket may be empty).
-    """
-    n, m = len(indptr) - 1, int(indptr[-1])
-    wins = np.unique(np.concatenate([[0], np.searchsorted(indptr, np.arange(window, m, window)), [n]]))
-    cuts = [np.zeros(1, np.int64)]
-    for v0, v1 in zip(wins[:-1], wins[1:]):
-        tb = np.searchsorted(indptr[v0:v1 + 1], np.linspace(indptr[v0], indptr[v1], nt + 1)) + v0
-        tb[-1] = v1
-        cuts.append(np.maximum.accumulate(np.maximum(tb[1:], v0)))
-    return np.concatenate(cuts).astype(np.int64)
 
 
 def _drop_pages(mm: mmap.mmap, lo: int, hi: int) -> None:
@@ -236,47 +152,22 @@ def scatter_csc_file(chunks: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]
         raise ValueError(f"num_nodes={n} is not accepted; int32 indices need at most {np.iinfo(np.int32).max + 1}")
     check_range("window_bytes", window_bytes, 4, integer=True)
     size = m * 4 + (-(m * 4) % align if align else 0)
-    nt = _threads()
-    cuts = _bucket_cuts(indptr, max(1, window_bytes // 4), nt)
-    nb = len(cuts) - 1
-    # Each row's bucket, in the narrowest type that holds it (a small table stays in cache).
-    bucket = np.repeat(np.arange(nb, dtype=np.min_scalar_type(max(nb - 1, 0))), np.diff(cuts))
-    counts = np.zeros((nt, nb), np.int64)
-    cursor = indptr[:-1].copy()
-    end = indptr[1:]
-    overflow = np.zeros(nb, np.int64)
-    part_src = part_dst = np.empty(0, np.int32)
     with open(path, "w+b") as fh:
         fh.truncate(size)  # a sparse file of zeros: the padding is already in place
         if m:
             mm = mmap.mmap(fh.fileno(), size)
             try:
                 out = np.frombuffer(mm, np.int32, count=m)
-                for s, d in chunks():
-                    s, d = check_node_ids("src", np.asarray(s), n), check_node_ids("dst", np.asarray(d), n)
-                    if len(s) != len(d):
-                        raise ValueError(f"src/dst have lengths {len(s)} and {len(d)}; expected equal lengths")
-                    if len(s) > len(part_src):
-                        part_src, part_dst = np.empty(len(s), s.dtype), np.empty(len(s), d.dtype)
-                    # Edges grouped by bucket (input order kept), then written one window at a time.
-                    counts[:] = 0
-                    _bucket_counts(s, d, bucket, counts)
-                    start = np.zeros(nb * nt + 1, np.int64)
-                    np.cumsum(counts.T.reshape(-1), out=start[1:])  # bucket-major, threads in order
-                    bstart = start[::nt].copy()
-                    _bucket_place(s, d, bucket, start[:-1].reshape(nb, nt).T.copy(), part_src, part_dst)
-                    for b0 in range(0, nb, nt):
-                        _scatter_buckets(part_src, part_dst, bstart, b0, b0 + nt, cursor, end, out, overflow)
-                        _drop_pages(mm, 4 * int(indptr[cuts[b0]]), 4 * int(indptr[cuts[b0 + nt]]))
+                # A stream that does not replay the counted one raises BadInput (a ValueError).
+                scatter_csr_chunked(_csc(chunks, n), indptr, out, drop_self_loops=True,
+                                    window_edges=max(1, window_bytes // 4),
+                                    written=lambda lo, hi: _drop_pages(mm, 4 * lo, 4 * hi))
                 del out
                 mm.flush()
             finally:
                 with contextlib.suppress(BufferError):  # an exception's frames may still hold `out`
                     mm.close()
         os.fsync(fh.fileno())
-    if overflow.any() or not np.array_equal(cursor, end):
-        raise ValueError("chunks() yielded different edges than the stream indptr was counted from; "
-                         "it must replay the same stream")
     return size
 
 

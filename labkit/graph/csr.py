@@ -626,14 +626,42 @@ def build_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, ...]]], nu
     exactly as ``build_csr(..., weights=)`` gives them (and checked as it checks them, positions
     counted over the whole stream); the stream's weights are then held too.
     A chunk of another length is refused, and `num_nodes` must fit in RAM as for :func:`build_csr`.
+    To build ``indices`` somewhere else than RAM (a memory-mapped file), call its two passes,
+    :func:`count_csr_chunked` and :func:`scatter_csr_chunked`, directly.
     """
     num_nodes = check_buildable(check_num_nodes(num_nodes, 1))
     if weighted:
         return _build_csr_chunked_weighted(chunks, num_nodes, drop_self_loops=drop_self_loops, dedup=dedup,
                                            sort=sort, progress=progress)
+    indptr = count_csr_chunked(chunks, num_nodes, drop_self_loops=drop_self_loops, progress=progress)
+    indices = np.empty(int(indptr[-1]), _index_dtype(num_nodes))
+    eid = np.empty(len(indices) if return_eid else 0, np.int64)
+    scatter_csr_chunked(chunks, indptr, indices, drop_self_loops=drop_self_loops, eid=eid if return_eid else None,
+                        progress=progress)
+    indptr, indices, eid = _finish(indptr, indices, eid if return_eid else None, num_nodes, sort, dedup, _threads())
+    return CSR(indptr, indices, eid)
+
+
+@njit(nogil=True, cache=True)
+def _count_columns(src, dst, drop_self_loops, deg):
+    """deg[d] += 1 per edge s -> d (self-loops dropped if asked). Serial: no threads x nodes histograms."""
+    for i in range(len(src)):
+        if drop_self_loops and src[i] == dst[i]:
+            continue
+        deg[dst[i]] += 1
+
+
+def count_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, ...]]], num_nodes: int, *,
+                      drop_self_loops: bool = False, column_degree: np.ndarray | None = None,
+                      progress: Callable[[int], None] | None = None) -> np.ndarray:
+    """Pass 1 of the out-of-core build: return ``indptr`` (int64 [N+1]) of the (src, dst) chunks' CSR.
+
+    With `column_degree` (an int array of N zeros), each kept edge also counts its destination
+    there (the CSR's in-degrees; a CSC's out-degrees), in the same pass.
+    """
+    num_nodes = check_num_nodes(num_nodes, 1)
     nt = _threads()
-    # Pass 1 counts each row's edges; pass 2 writes them at their rows' cursors. Each chunk is first
-    # partitioned by source bucket, so the counts and writes of a bucket stay within its rows.
+    # Each chunk is first partitioned by source bucket, so the counts of a bucket stay within its rows.
     indptr = np.zeros(num_nodes + 1, np.int64)
     off = 0
     for chunk in chunks():
@@ -643,33 +671,71 @@ def build_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, ...]]], nu
                               with_dst=False)
         _count_buckets(bk.bstart, bk.bounds, bk.shift, bk.low, indptr[1:])
         del bk
+        if column_degree is not None:
+            _count_columns(s, d, drop_self_loops, column_degree)
         off += len(s)
         if progress:
             progress(len(s))
     np.cumsum(indptr, out=indptr)
-    indices = np.empty(int(indptr[-1]), _index_dtype(num_nodes))
-    eid = np.empty(len(indices) if return_eid else 0, np.int64)
+    return indptr
+
+
+def _windows(indptr: np.ndarray, shift: int, window_edges: int | None) -> list[int]:
+    """Bucket cuts [0, ..., nb] grouping consecutive buckets of 2**shift rows into about `window_edges` edges."""
+    n = len(indptr) - 1
+    nb = (n + (1 << shift) - 1) >> shift
+    if window_edges is None:
+        return [0, nb]
+    ends = indptr[np.minimum(np.arange(1, nb + 1, dtype=np.int64) << shift, n)]
+    cuts = np.searchsorted(ends, np.arange(window_edges, int(indptr[-1]), window_edges), side="left") + 1
+    return [0] + sorted(set(int(c) for c in cuts if 0 < c < nb)) + [nb]
+
+
+def scatter_csr_chunked(chunks: Callable[[], Iterable[tuple[np.ndarray, ...]]], indptr: np.ndarray,
+                        indices: np.ndarray, *, drop_self_loops: bool = False, eid: np.ndarray | None = None,
+                        window_edges: int | None = None, written: Callable[[int, int], None] | None = None,
+                        progress: Callable[[int], None] | None = None) -> None:
+    """Pass 2 of the out-of-core build: write each edge's destination into `indices` at its row's place.
+
+    `indptr` is :func:`count_csr_chunked` over the same stream; `indices` (and `eid`, each edge's
+    stream position, if given) is the caller's array of ``indptr[-1]`` entries: RAM, or a memory map
+    of the file being built. Rows keep input order. With `window_edges`, each chunk is written one
+    window of about that many edges of rows at a time and ``written(lo, hi)`` is called after entries
+    [lo, hi) of a window were written, so a caller can unmap them: a memory map is then never
+    resident as a whole. A stream that does not replay pass 1's edges raises BadInput.
+    """
+    num_nodes = len(indptr) - 1
+    nt = _threads()
     cursor = indptr[:-1].copy()
+    end = indptr[1:]
     overflow = np.zeros(nt, np.int64)
+    track_eid = eid is not None
+    eid = eid if track_eid else np.empty(0, np.int64)
     shift = _bucket_shift(num_nodes, len(indices))  # buckets of the whole CSR's size: their rows' slices stay in cache
+    cuts = _windows(indptr, shift, window_edges)
     off = 0
     for chunk in chunks():
         s, d = _pair(chunk)
         _check_edges(s, d, num_nodes, off)  # again: a changed stream must not index out of bounds
-        bk = _partition_edges(s, d, num_nodes, shift, drop_self_loops, return_eid, nt)
-        _scatter_chunk(bk.bstart, bk.bounds, bk.shift, bk.low, bk.dst, bk.pos, off, return_eid, cursor, indptr[1:],
-                       indices, eid, overflow)
+        bk = _partition_edges(s, d, num_nodes, shift, drop_self_loops, track_eid, nt)
+        for k0, k1 in zip(cuts[:-1], cuts[1:]):
+            bounds = bk.bounds
+            if len(cuts) > 2:  # this window's buckets, shared among the threads by edges
+                bounds = np.searchsorted(bk.bstart[k0:k1 + 1], np.linspace(bk.bstart[k0], bk.bstart[k1], nt + 1))
+                bounds = np.maximum.accumulate(np.clip(bounds + k0, k0, k1)).astype(np.int64)
+                bounds[0], bounds[-1] = k0, k1
+            _scatter_chunk(bk.bstart, bounds, bk.shift, bk.low, bk.dst, bk.pos, off, track_eid, cursor, end,
+                           indices, eid, overflow)
+            if overflow.any():
+                raise BadInput(_REPLAY_ERROR)
+            if written is not None:
+                written(int(indptr[min(num_nodes, k0 << shift)]), int(indptr[min(num_nodes, k1 << shift)]))
         del bk
-        if overflow.any():
-            raise BadInput(_REPLAY_ERROR)
         off += len(s)
         if progress:
             progress(len(s))
-    if not np.array_equal(cursor, indptr[1:]):
+    if not np.array_equal(cursor, end):
         raise BadInput(_REPLAY_ERROR)
-    del cursor
-    indptr, indices, eid = _finish(indptr, indices, eid if return_eid else None, num_nodes, sort, dedup, nt)
-    return CSR(indptr, indices, eid)
 
 
 def _pair(chunk) -> tuple[np.ndarray, np.ndarray]:

@@ -165,6 +165,22 @@ def rmat_labels(params: RMatParams) -> np.ndarray:
     return out
 
 
+def community_feature_pieces(labels: np.ndarray, centroids: np.ndarray, noise: float, rng: np.random.Generator,
+                             lo: int = 0, hi: int | None = None, piece_rows: int = 1 << 13):
+    """Yield float32 features of rows [lo, hi) in pieces: each row's community centroid plus `noise` x N(0, 1).
+
+    The noise is drawn from `rng` in row order, a piece of at most `piece_rows` rows at a time (the
+    same values as one draw of all rows), so only a piece is held.
+    """
+    hi = labels.size if hi is None else hi
+    for a in range(lo, hi, piece_rows):
+        b = min(a + piece_rows, hi)
+        x = rng.standard_normal((b - a, centroids.shape[1]), dtype=np.float32)
+        x *= noise
+        x += centroids[labels[a:b]]
+        yield x
+
+
 def rmat_features(params: RMatParams, dim: int = 32, noise: float = 2.0,
                   labels: np.ndarray | None = None, dtype=np.float32) -> np.ndarray:
     """Return (num_nodes, dim) features: the node's community centroid plus Gaussian `noise`.
@@ -176,8 +192,10 @@ def rmat_features(params: RMatParams, dim: int = 32, noise: float = 2.0,
     check_range("noise", noise, 0.0)
     labels = rmat_labels(params) if labels is None else labels
     rng = np.random.default_rng([params.seed, _STREAM_FEATURES])
-    centroids = rng.standard_normal((params.num_communities, dim)).astype(dtype)
-    x = rng.standard_normal((params.num_nodes, dim), dtype=np.float32).astype(dtype, copy=False)
-    x *= noise
-    x += centroids[labels]
+    centroids = rng.standard_normal((params.num_communities, dim)).astype(np.float32)
+    x = np.empty((params.num_nodes, dim), dtype)
+    a = 0
+    for piece in community_feature_pieces(labels, centroids, noise, rng):
+        x[a:a + len(piece)] = piece
+        a += len(piece)
     return x
