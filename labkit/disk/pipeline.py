@@ -179,7 +179,7 @@ def run_superbatch(sampler: NeighborSampler, features, trainer, seeds: list[np.n
     """Ginex's schedule, one superbatch of `superbatch` mini-batches at a time, in three phases.
 
     1. *sample*: sample each mini-batch and write it to `spill` (a
-       :class:`~labkit.disk.spill.SampleSpill` on disk): only the batch being written is in RAM;
+       :class:`~labkit.disk.baselines.spill.SampleSpill` on disk): only the batch being written is in RAM;
     2. *inspect*: read the superbatch's node ids back from disk and write each mini-batch's
        next-use array (Ginex's inspection pass, timed as its own stage, ``busy["inspect"]``);
        the Belady feature cache takes the first uses for the rows it holds;

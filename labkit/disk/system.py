@@ -1,13 +1,12 @@
 """The four ways to train the same GNN on the same graph, same budget, same mini-batches.
 
-- ``naive``:  topology and features on disk, no caches, direct I/O with page sharing only,
-  stages one after another;
-- ``ginex``:  Ginex-style: neighbour cache ranked by out/in degree, Belady feature cache over a
-  sampled superbatch spilled to disk (:mod:`labkit.disk.spill`), a fixed even split of the cache
-  budget, superbatch schedule (sample, inspect, then gather and train, in turn);
 - ``caliex``: pre-sampled plans for both caches, the auto-tuned split, the cost-model I/O policy
-  (random / coalesced / sweep per mini-batch), pipelined stages;
-- ``memory``: everything in RAM (the upper bound), pipelined stages.
+  (random / coalesced / sweep per mini-batch), pipelined stages: this module;
+- its baselines (:mod:`labkit.disk.baselines`): ``naive`` (topology and features on disk, no
+  caches, direct I/O with page sharing only, stages one after another), ``ginex`` (neighbour
+  cache ranked by out/in degree, Belady feature cache over a sampled superbatch spilled to disk,
+  a fixed even split of the cache budget, superbatch schedule: sample, inspect, then gather and
+  train, in turn) and ``memory`` (everything in RAM, the upper bound, pipelined stages).
 
 :func:`open_system` builds one; ``system.run(seeds)`` trains on mini-batches and returns
 :class:`~labkit.disk.pipeline.RunStats`; ``system.metrics()`` gives hit rates, bytes read, read
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from labkit.core import cacheplan
 from labkit.core.datasets import Dataset, open_dataset
 from labkit.disk.costmodel import DiskModel
 from labkit.core.errors import bad_value, check_choice, check_range, check_seed
@@ -29,12 +29,11 @@ from labkit.core.machine import cores as machine_cores
 from labkit.core.machine import release_free_memory
 from labkit.core.memory import BudgetExceeded, MemoryBudget, check_budget, fmt_bytes, machine_limit, parse_bytes
 from labkit.core.progress import progress_bar
-from labkit.disk import plans
-from labkit.disk.iocache import BeladyFeatureCache
-from labkit.disk.pipeline import RunStats, SuperbatchStream, run_pipelined, run_serial, run_superbatch
+from labkit.disk.baselines import ginex, memory, naive
+from labkit.disk.baselines.spill import SampleSpill
+from labkit.disk.pipeline import RunStats, SuperbatchStream, run_pipelined
 from labkit.disk.sampler import NeighborSampler, SampledBatch, batch_seeds, check_seeds
-from labkit.disk.spill import SampleSpill
-from labkit.disk.store import DiskFeatures, DiskTopology, IOPolicy, MemoryFeatures, MemoryTopology
+from labkit.disk.store import DiskFeatures, DiskTopology, IOPolicy
 from labkit.disk.train import ModelConfig, Trainer
 from labkit.disk.tuner import StageProfile, Tuner, split_caches
 
@@ -93,7 +92,7 @@ class Presampled:
     """What CaliEX learns before training: sampled batches, access counts, stage costs."""
 
     batches: list[SampledBatch]
-    counts: plans.AccessCounts
+    counts: cacheplan.AccessCounts
     profile: StageProfile
     seconds: float
     slot_bytes: tuple[int, int]
@@ -163,7 +162,7 @@ def presample(ds: Dataset, cfg: ModelConfig, seeds: list[np.ndarray], budget: Me
         prof = StageProfile(max(0.0, t_sample) / max(1, len(batches) - 1), max(0.0, t_gather) / max(1, rows), t_train,
                             tdisk, fdisk, cores=machine_cores(),
                             request_cpu=min(tdisk.seconds_per_request, fdisk.seconds_per_request))
-        counts = plans.AccessCounts.from_batches(batches, topo.indptr.size - 1)
+        counts = cacheplan.AccessCounts.from_batches(batches, topo.indptr.size - 1)
         slot = (int(max(b.nbytes for b in batches) * 1.3),
                 int(max(b.n_id.size * feat.row_bytes + b.nbytes for b in batches) * 1.3))
         bar.update(1)
@@ -182,18 +181,6 @@ def presample(ds: Dataset, cfg: ModelConfig, seeds: list[np.ndarray], budget: Me
     return Presampled(batches, counts, prof, time.perf_counter() - t0, slot, positions)
 
 
-def batch_bytes_bound(cfg: ModelConfig, num_nodes: int) -> int:
-    """An upper bound on a sampled mini-batch's bytes (node ids, edges, hop offsets) before any is sampled."""
-    nodes = reach = cfg.batch_size
-    edges = 0
-    for f in cfg.fanouts:
-        reach *= int(f)
-        edges += reach
-        nodes += reach
-    nodes = min(nodes, num_nodes)
-    return int(nodes * 8 + edges * 8 + 16 * (len(cfg.fanouts) + 1))
-
-
 def out_degree(ds: Dataset) -> np.ndarray:
     """Each node's out-degree (how many neighbour lists it is in): the feature plan's prior."""
     return ds.array("out_degree", mmap=True)
@@ -205,8 +192,8 @@ class Holdout:
 
     held: list[SampledBatch]
     positions: list[list[np.ndarray]] | None
-    topo_plan: plans.CachePlan
-    feat_plan: plans.CachePlan
+    topo_plan: cacheplan.CachePlan
+    feat_plan: cacheplan.CachePlan
 
     @classmethod
     def of(cls, pre: Presampled, indptr: np.ndarray, row_bytes: int,
@@ -216,9 +203,9 @@ class Holdout:
         pos = None
         if pre.positions is not None:
             pos = pre.positions[k:] if len(pre.batches) > k else pre.positions[:k]
-        counts = plans.AccessCounts.from_batches(fit, indptr.size - 1)
-        return cls(held, pos, plans.topology_presampled(counts, indptr),
-                   plans.features_presampled(counts, row_bytes, prior=fplan_prior))
+        counts = cacheplan.AccessCounts.from_batches(fit, indptr.size - 1)
+        return cls(held, pos, cacheplan.lists_by_access(counts, indptr),
+                   cacheplan.rows_by_access(counts, row_bytes, prior=fplan_prior))
 
     def tuner(self, pre: Presampled, indptr: np.ndarray, row_bytes: int, cache_bytes: int, group: int = 1) -> Tuner:
         return Tuner(self.held, indptr, row_bytes, self.topo_plan, self.feat_plan, pre.profile, cache_bytes,
@@ -275,29 +262,17 @@ class DiskGNN:
                             "(e.g. from labkit.disk.system.workload or batch_seeds)")
         seeds = [check_seeds(f"seeds[{k}]", s, self.topology.indptr.size - 1) for k, s in enumerate(seeds)]
         if self.name == "naive":
-            return run_serial(self.sampler, self.features, self.trainer, seeds, self.labels, first_index=first_index)
+            return naive.run(self, seeds, first_index=first_index)
         if self.name == "ginex":
-            check_range("superbatch", self.superbatch, 1, integer=True)
-            return run_superbatch(self.sampler, self.features, self.trainer, seeds, self.labels, self.budget,
-                                  self.spill, superbatch=int(self.superbatch), first_index=first_index)
+            return ginex.run(self, seeds, first_index=first_index)
         return run_pipelined(self.sampler, self.features, self.trainer, seeds, self.labels, self.budget,
                              depth=self.pipeline_depth, slot_bytes=self.slot_bytes, first_index=first_index,
                              samplers=self.samplers, group=self.group)
 
     def stream(self, seeds: list[np.ndarray], *, first_index: int = 0,
                indices: list[int] | None = None) -> SuperbatchStream:
-        """ginex only: its schedule over `seeds` as a stream, trained a few mini-batches per ``run(k)``.
-
-        A superbatch (``self.superbatch`` mini-batches, up to one epoch's) then spans calls, as
-        Ginex's do over an epoch: :class:`~labkit.disk.pipeline.SuperbatchStream`.
-        """
-        if self.name != "ginex":
-            raise bad_value("system", self.name, "ginex (only Ginex trains from a spilled superbatch)")
-        check_range("superbatch", self.superbatch, 1, integer=True)
-        seeds = [check_seeds(f"seeds[{k}]", s, self.topology.indptr.size - 1) for k, s in enumerate(seeds)]
-        return SuperbatchStream(self.sampler, self.features, self.trainer, seeds, self.labels, self.budget,
-                                self.spill, superbatch=int(self.superbatch), first_index=first_index,
-                                indices=indices)
+        """ginex only: its schedule over `seeds` as a stream (:func:`labkit.disk.baselines.ginex.stream`)."""
+        return ginex.stream(self, seeds, first_index=first_index, indices=indices)
 
     def reset_counters(self) -> None:
         for s in (self.topology, self.features):
@@ -432,10 +407,10 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
     num_classes = int(ds.meta["num_classes"])
     info: dict = {}
     if name == "memory":
-        topo, feat = MemoryTopology.from_dataset(ds), MemoryFeatures.from_dataset(ds)
+        topo, feat = memory.open_stores(ds)
         slot = pre.slot_bytes if pre is not None else (0, 0)
     else:
-        policy_mode = "auto" if name == "caliex" else "random"
+        policy_mode = "auto" if name == "caliex" else {"naive": naive.IO_MODE, "ginex": ginex.IO_MODE}[name]
         tdisk = pre.profile.topology_disk if pre is not None else DiskModel()
         fdisk = pre.profile.feature_disk if pre is not None else DiskModel()
         topo = DiskTopology(ds, budget, policy=IOPolicy(policy_mode, tdisk), queue_depth=queue_depth,
@@ -454,8 +429,8 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
                 prior = out_degree(ds)
                 # The plans that fill the caches come from all pre-sampled batches; the tuner's
                 # from half of them (scored on the other half): each built once for every group.
-                fplan = plans.features_presampled(pre.counts, feat.row_bytes, prior=prior)
-                tplan = plans.topology_presampled(pre.counts, topo.indptr)
+                fplan = cacheplan.rows_by_access(pre.counts, feat.row_bytes, prior=prior)
+                tplan = cacheplan.lists_by_access(pre.counts, topo.indptr)
                 holdout = Holdout.of(pre, topo.indptr, feat.row_bytes, prior)
                 sized = []
                 for g in groups:
@@ -475,30 +450,14 @@ def open_system(name: str, ds: Dataset, budget: MemoryBudget, cfg: ModelConfig, 
                 # The tuners and the hold-out plans (arrays over all nodes, outside the budget) are
                 # done: free them before the caches fill, rather than keep them for the whole run.
                 del sized, pick, holdout
-            elif name == "ginex":
-                batch = pre.slot_bytes[0] if pre is not None else batch_bytes_bound(cfg, topo.indptr.size - 1)
-                spill = SampleSpill(spill_dir or ds.path("features").parent, budget, topo.indptr.size - 1,
-                                    buffer_bytes=batch)
-                # Left for the caches: what the spill's buffers leave, less the batch being written.
-                cache_bytes = budget.free - batch - (1 << 20)
-                split = 0.5 if split is None else split
-                tplan = plans.topology_degree(ds.array("out_degree", mmap=False), topo.indptr)
-                fplan = plans.features_degree(ds.array("out_degree", mmap=False), feat.row_bytes)
-                info.update(cache_bytes=cache_bytes)
-            else:
-                cache_bytes = 0
-            if name in ("caliex", "ginex"):
                 t_nodes, f_nodes = split_caches(split, cache_bytes, topo.indptr.size - 1, tplan, fplan)
                 topo.set_cache(t_nodes if t_nodes.size else None)
-                if name == "ginex":
-                    row_bytes = feat.row_bytes
-                    f_bytes = cache_bytes - int(split * cache_bytes) - (topo.indptr.size - 1) * 4
-                    rows = max(0, f_bytes // (row_bytes + BeladyFeatureCache.SLOT_BYTES))
-                    # No cache holds more rows than the graph has: a budget far above the graph's
-                    # size once sized it in the millions of rows (and doubled the RSS).
-                    feat.set_cache(belady_rows=int(min(rows, feat.num_nodes)))
-                else:
-                    feat.set_cache(f_nodes if f_nodes.size else None)
+                feat.set_cache(f_nodes if f_nodes.size else None)
+            elif name == "ginex":
+                spill, split, cache_bytes = ginex.fill_caches(
+                    ds, budget, cfg, topo, feat, batch_bytes=pre.slot_bytes[0] if pre is not None else None,
+                    split=split, spill_dir=spill_dir)
+                info.update(cache_bytes=cache_bytes)
         except BaseException:
             try:
                 topo.close()

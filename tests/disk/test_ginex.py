@@ -10,7 +10,7 @@ import pytest
 from labkit.core.memory import MemoryBudget
 from labkit.disk.iocache import BeladyFeatureCache
 from labkit.disk.sampler import NeighborSampler, batch_seeds
-from labkit.disk.spill import NEVER, SampleSpill
+from labkit.disk.baselines.spill import NEVER, SampleSpill
 from labkit.disk.store import MemoryTopology
 from labkit.disk.system import dataset_bytes, open_system, presample
 from labkit.disk.train import ModelConfig

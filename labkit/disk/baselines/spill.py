@@ -31,12 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from labkit.core.cacheplan import NEVER  # a node with no next use in the superbatch
 from labkit.core.directio import PAGE, probe_direct
 from labkit.core.memory import MemoryBudget
 from labkit.disk.sampler import SampledBatch
-
-#: A node with no next use in the superbatch.
-NEVER = np.iinfo(np.int32).max
 
 
 def _pages(nbytes: int) -> int:
