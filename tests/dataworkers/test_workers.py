@@ -119,7 +119,7 @@ def test_trainer_stopping_early_cleans_up(image_prog, split, no_leaks):
 
 
 def test_close_interrupted_part_way_is_finished_by_the_next_close(image_prog, split, no_leaks):
-    from labkit.dataworkers import workers
+    from labkit.dataworkers.workers import process_pool as workers
     from labkit.dataworkers.transport import slots_of
     pool = ProcessWorkerPool(split.stateless, workers=2)
     try:
