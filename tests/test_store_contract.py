@@ -170,3 +170,16 @@ def test_bad_input_gets_the_same_one_line_error_from_every_store(store, call, me
     with pytest.raises(BadInput) as e:
         call(gs, fs)
     assert str(e.value) == message
+
+
+def test_negatives_from_a_store_in_ram_match_the_csr_and_others_are_refused(store, graph):
+    from labkit.graph.negative import negative_sample
+    gs, _ = store
+    csr, _, _ = graph
+    src = np.arange(0, 2000, 7)
+    if isinstance(getattr(gs, "indices", None), np.ndarray):  # the lists are one CSR in RAM
+        a, b = negative_sample(csr, src, 3, seed=5), negative_sample(gs, src, 3, seed=5)
+        assert np.array_equal(a.dst, b.dst) and a.capped == b.capped
+    else:
+        with pytest.raises(BadInput, match=f"csr='{type(gs).__name__}' is not accepted; expected a labkit CSR"):
+            negative_sample(gs, src, 3)

@@ -5,6 +5,12 @@ draw that still hits one then takes a uniform draw from the source's non-neighbo
 pass over its list), so it fails only when the source links to every candidate. A draw that finds
 no negative is -1 and counted in ``capped``: fewer negatives, marked, never a neighbour passed off
 as one (as DGL's and PyG's negative samplers return fewer samples rather than false ones).
+
+Store needs: every draw may read any source's whole list and an in-degree draw picks a random
+entry of the whole edge array, so negatives are drawn on a CSR in RAM: a :class:`CSR`, or any
+:class:`~labkit.graph.storage.GraphStore` whose lists are one in-RAM CSR (``indptr`` and
+``indices`` arrays: LocalStore, CSRTopology, CaliEX's MemoryTopology). A partitioned or disk
+store has no such arrays; draw negatives on the graph it was built from.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
-from labkit.core.errors import check_choice, check_range, check_seed
+from labkit.core.errors import bad_value, check_choice, check_range, check_seed
 from labkit.graph.csr import CSR, check_node_ids
 from labkit.graph.rng import GOLDEN, mix64, stream_key
 
@@ -108,6 +114,7 @@ def negative_sample(csr: CSR, src, k: int, *, by: str = "random", reject_neighbo
                     num_dst: int | None = None) -> Negatives:
     """Return `k` negative destinations per source in `src`: nodes that are not its out-neighbours.
 
+    `csr` is a CSR or a GraphStore holding one in RAM (see the module's note).
     by="random": uniform over the candidates; by="in_degree": in proportion to in-degree. A draw
     that hits a true out-neighbour of the source is retried up to `max_retries` times. Then a
     uniform draw is taken from the source's non-neighbours directly (exact, O(its degree)); an
@@ -119,6 +126,12 @@ def negative_sample(csr: CSR, src, k: int, *, by: str = "random", reject_neighbo
     bipartite edges whose destinations are another node type with fewer ids (e.g. items, when
     there are more users).
     """
+    if not isinstance(csr, CSR):
+        arrays = getattr(csr, "indptr", None), getattr(csr, "indices", None)
+        if not all(isinstance(a, np.ndarray) for a in arrays):
+            raise bad_value("csr", type(csr).__name__, "a labkit CSR, or a GraphStore holding one in RAM "
+                            "(LocalStore, CSRTopology, MemoryTopology)")
+        csr = CSR(*arrays)
     check_choice("by", by, STRATEGIES)
     check_range("k", k, 1, integer=True)
     check_range("max_retries", max_retries, 0, 1000, integer=True)

@@ -1,4 +1,8 @@
-"""TRAVERSE: shuffled batches of vertices or edges, epoch after epoch, deterministic per (seed, epoch)."""
+"""TRAVERSE: shuffled batches of vertices or edges, epoch after epoch, deterministic per (seed, epoch).
+
+Store needs: vertex batches need only ids (any store's ``num_nodes``); edge batches walk every
+edge position, so they need the CSR in RAM (``indptr``, ``indices``), as :func:`edge_batches` takes it.
+"""
 
 from __future__ import annotations
 
