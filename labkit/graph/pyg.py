@@ -205,7 +205,7 @@ def train_sage_nodeloader(g, epochs: int = 2, fanouts=(10, 5), batch_size: int =
     check_range("hidden", hidden, 1, integer=True)
     check_range("lr", lr, 0.0, lo_open=True)
     fanouts = check_fanouts(fanouts)
-    if store is not None and (not isinstance(store, (LabkitGraphStore)) or not isinstance(store, LabkitFeatureStore)
+    if store is not None and (not isinstance(store, LabkitGraphStore) or not isinstance(store, LabkitFeatureStore)
                               or getattr(store, "num_nodes", None) != g.csc.num_nodes):
         raise bad_value("store", type(store).__name__, f"None or a labkit store over g.csc ({g.csc.num_nodes} "
                         "nodes, with g.features), e.g. PartitionedStore(g.csc, partition(g.csc, 4), g.features)")

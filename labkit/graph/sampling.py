@@ -301,7 +301,8 @@ class MultiHopSample:
 
     For hop h, ``rows[h]`` are the local ids of the expanded nodes (message *targets*),
     ``cols[h]`` the local ids of their sampled neighbours (message *sources*) and ``eids[h]``
-    the edge positions in the sampled structure. ``num_nodes_per_hop[h]`` counts the nodes
+    the sampled edges' positions in the graph's edge array (``indptr[v] + offset``; -1 from a
+    store without global offsets). ``num_nodes_per_hop[h]`` counts the nodes
     known after hop h (entry 0 = number of seeds).
     """
 
