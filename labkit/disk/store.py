@@ -12,7 +12,7 @@ them as they read an in-memory or a partitioned store:
 
 The disk versions hold ``indptr`` (charged to the budget), an optional cache, and an
 :class:`IOPolicy` that decides per request how the cache misses are fetched: random page
-reads, coalesced reads, or a sequential sweep, from a :class:`~labkit.core.directio.DiskModel`
+reads, coalesced reads, or a sequential sweep, from a :class:`~labkit.disk.costmodel.DiskModel`
 fitted to the measured disk.
 """
 

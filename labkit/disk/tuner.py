@@ -2,7 +2,7 @@
 
 Pre-sampling gives a few mini-batches, their per-node access counts and measured stage costs
 (sampling CPU time, gathering CPU time per row, training time; disk cost from the fitted
-:class:`~labkit.core.directio.DiskModel`). For a topology share ``f`` of the cache bytes the
+:class:`~labkit.disk.costmodel.DiskModel`). For a topology share ``f`` of the cache bytes the
 tuner fills both caches from their plans, counts what each pre-sampled batch would still miss,
 prices those misses with the cheapest read plan (random / coalesced / sweep) and predicts
 
