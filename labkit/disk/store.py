@@ -123,7 +123,7 @@ class MemoryTopology:
 
     def fetch(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Return (ptr, idx): the neighbour lists of `nodes` as a local CSR."""
-        from labkit.graph.importance import gather_lists
+        from labkit.graph.storage import gather_lists
         ptr, idx = gather_lists(self.indptr, self.indices, check_ids(nodes, self.num_nodes))
         self.stats.hits += nodes.size
         self.stats.hit_bytes += idx.nbytes

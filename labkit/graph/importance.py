@@ -19,6 +19,7 @@ from numba import njit, prange
 from labkit.core.cacheplan import CachePlan, CacheStats, by_score
 from labkit.core.errors import bad_value, check_range
 from labkit.graph.csr import CSR
+from labkit.graph.storage import gather_lists
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -107,42 +108,6 @@ def _place_rows(ids, hit_pos, slot, rows, out):
         s = slot[ids[i]]
         for j in range(rows.shape[1]):
             out[i, j] = rows[s, j]
-
-
-@njit(nogil=True, cache=True)
-def _list_ptr(indptr, rows):
-    ptr = np.empty(len(rows) + 1, np.int64)
-    ptr[0] = 0
-    for i in range(len(rows)):
-        ptr[i + 1] = ptr[i] + indptr[rows[i] + 1] - indptr[rows[i]]
-    return ptr
-
-
-@njit(nogil=True, cache=True)
-def _gather_lists_serial(indptr, indices, rows, ptr, out):
-    for i in range(len(rows)):
-        lo = indptr[rows[i]]
-        for j in range(ptr[i + 1] - ptr[i]):
-            out[ptr[i] + j] = indices[lo + j]
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def _gather_lists_parallel(indptr, indices, rows, ptr, out):
-    for i in prange(len(rows)):
-        lo = indptr[rows[i]]
-        for j in range(ptr[i + 1] - ptr[i]):
-            out[ptr[i] + j] = indices[lo + j]
-
-
-def gather_lists(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Return (ptr, nbrs): the neighbour lists of `rows` packed as a sub-CSR in row order."""
-    from labkit.graph.sampling import PARALLEL_MIN_WORK
-    rows = np.asarray(rows, np.int64)
-    ptr = _list_ptr(indptr, rows)
-    out = np.empty(ptr[-1], indices.dtype)
-    f = _gather_lists_parallel if len(out) >= PARALLEL_MIN_WORK else _gather_lists_serial
-    f(indptr, indices, rows, ptr, out)
-    return ptr, out
 
 
 @dataclass

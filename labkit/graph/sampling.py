@@ -27,8 +27,10 @@ from numba import njit, prange
 
 from labkit.core.arrays import unique
 from labkit.core.errors import BadInput, bad_value, check_range, check_seed
-from labkit.graph.csr import check_weights
+from labkit.graph.csr import CSR, check_weights
 from labkit.graph.rng import GOLDEN, mix64, stream_key
+from labkit.graph.storage import (PARALLEL_MIN_WORK, CSRTopology, GraphStore, degree_ptr, global_positions,
+                                  in_memory_csr)
 
 FULL = -1  #: fanout meaning "all neighbours"
 
@@ -85,9 +87,6 @@ def _draw_one_row(lo, d, k, replace, st, out, q):
     return k
 
 
-#: Below this many sampled items a kernel runs on one thread: a mini-batch hop is ~1 ms of work,
-#: and on a shared, oversubscribed machine each parallel region's barrier can cost more than that.
-PARALLEL_MIN_WORK = 1 << 16
 
 
 @njit(nogil=True, cache=True)
@@ -428,9 +427,6 @@ class NeighborSampler:
 
     def __init__(self, graph, indices: np.ndarray | None = None, *, frontier: str = "new",
                  workspace: str = "auto") -> None:
-        from labkit.graph.csr import CSR
-        from labkit.graph.storage import CSRTopology, GraphStore, in_memory_csr
-
         if frontier not in ("new", "all"):
             raise bad_value("frontier", frontier, "'new' or 'all'")
         if workspace not in WORKSPACES:
@@ -531,7 +527,6 @@ class NeighborSampler:
 
     def _hop_store(self, walks: list[_Walk], k: int, h: int, replace: bool, everything: bool) -> None:
         """One hop through the store: lengths, draws per walk, one ``entries`` read for all of them."""
-        from labkit.graph.storage import degree_ptr, global_positions
         fronts = [w.frontier(everything) for w in walks]
         if len(walks) == 1:
             union = fronts[0][1]

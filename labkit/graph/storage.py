@@ -24,8 +24,48 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+from numba import njit, prange
 
 from labkit.graph.csr import check_node_ids
+
+#: Below this many sampled items a kernel runs on one thread: a mini-batch hop is ~1 ms of work,
+#: and on a shared, oversubscribed machine each parallel region's barrier can cost more than that.
+PARALLEL_MIN_WORK = 1 << 16
+
+
+@njit(nogil=True, cache=True)
+def _list_ptr(indptr, rows):
+    ptr = np.empty(len(rows) + 1, np.int64)
+    ptr[0] = 0
+    for i in range(len(rows)):
+        ptr[i + 1] = ptr[i] + indptr[rows[i] + 1] - indptr[rows[i]]
+    return ptr
+
+
+@njit(nogil=True, cache=True)
+def _gather_lists_serial(indptr, indices, rows, ptr, out):
+    for i in range(len(rows)):
+        lo = indptr[rows[i]]
+        for j in range(ptr[i + 1] - ptr[i]):
+            out[ptr[i] + j] = indices[lo + j]
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _gather_lists_parallel(indptr, indices, rows, ptr, out):
+    for i in prange(len(rows)):
+        lo = indptr[rows[i]]
+        for j in range(ptr[i + 1] - ptr[i]):
+            out[ptr[i] + j] = indices[lo + j]
+
+
+def gather_lists(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return (ptr, nbrs): the neighbour lists of `rows` packed as a sub-CSR in row order."""
+    rows = np.asarray(rows, np.int64)
+    ptr = _list_ptr(indptr, rows)
+    out = np.empty(ptr[-1], indices.dtype)
+    f = _gather_lists_parallel if len(out) >= PARALLEL_MIN_WORK else _gather_lists_serial
+    f(indptr, indices, rows, ptr, out)
+    return ptr, out
 
 
 @runtime_checkable
@@ -134,7 +174,6 @@ class CSRTopology:
         return (self.indptr[ids + 1] - self.indptr[ids]).astype(np.int64, copy=False)
 
     def neighbors(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        from labkit.graph.importance import gather_lists
         return gather_lists(self.indptr, self.indices, check_ids(ids, self.num_nodes))
 
     def entries(self, ids: np.ndarray, ptr: np.ndarray, pos: np.ndarray) -> np.ndarray:

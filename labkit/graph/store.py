@@ -33,7 +33,8 @@ from numba import njit
 from labkit.core.errors import LabkitError, bad_value, check_choice
 from labkit.graph.checks import check_features, check_labels
 from labkit.graph.csr import CSR
-from labkit.graph.importance import NeighborCache, gather_lists
+from labkit.graph.importance import NeighborCache
+from labkit.graph.storage import gather_lists
 from labkit.graph.importance import _split as _split_hits
 from labkit.graph.partition import Partitioning
 from labkit.graph.storage import check_ids, entries_from_neighbors

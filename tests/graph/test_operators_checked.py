@@ -11,6 +11,7 @@ from scipy.stats import chisquare
 from labkit.graph import importance as importance_mod
 from labkit.graph import negative as negative_mod
 from labkit.graph import sampling as sampling_mod
+from labkit.graph import storage as storage_mod
 from labkit.graph.csr import build_csr
 from labkit.graph.importance import importance, khop_degrees
 from labkit.graph.negative import negative_sample
@@ -124,7 +125,7 @@ def test_without_replacement_costs_o_k_on_a_hub_too_long_to_scan():
 def test_kernels_release_the_gil():
     # numba compiles nogil=True kernels to release the GIL: sampling overlaps with Python threads.
     for f in (sampling_mod._sample_hop_serial, sampling_mod._sample_hop_parallel, sampling_mod._sample_weighted,
-              sampling_mod._topk, negative_mod._negatives, importance_mod._gather_lists_parallel):
+              sampling_mod._topk, negative_mod._negatives, storage_mod._gather_lists_parallel):
         assert f.targetoptions.get("nogil") is True, f.py_func.__name__
 
 
