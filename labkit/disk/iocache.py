@@ -1,7 +1,10 @@
-"""Cache mechanisms: how a lookup hits or misses, kept apart from the plans that fill them.
+"""Feature-row cache mechanisms: how a lookup hits or misses, kept apart from the plans that fill them.
 
-- :class:`TopologyCache`: a compact CSR of the cached neighbour lists plus a node -> slot map.
-- :class:`FeatureCache`: a dense block of cached feature rows plus a node -> slot map (static).
+The neighbour-list cache is the graph core's :class:`labkit.graph.cache.ListCache` (a compact CSR
+of the cached lists plus a node -> slot map), which :class:`labkit.disk.store.DiskTopology` fills
+from its indices file. Here:
+
+- :class:`FeatureCache`: a dense block of cached feature rows, found by their sorted ids (static).
 - :class:`BeladyFeatureCache`: Ginex's feature cache, re-filled before every mini-batch with
   the rows whose next use in the current superbatch is soonest (Belady's optimal replacement,
   possible because the superbatch was sampled ahead).
@@ -11,64 +14,12 @@ Every byte (maps included) is reserved from the one :class:`~labkit.core.memory.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from labkit.core.arrays import unique
 from labkit.core.cacheplan import NEVER, NextUse, belady_keep
 from labkit.core.errors import check_range
 from labkit.core.memory import BudgetExceeded, MemoryBudget
-
-
-@numba.njit(cache=True, nogil=True)
-def _fill_lists(indptr, indices, nodes, cptr, cidx):
-    for k in range(nodes.shape[0]):
-        v = nodes[k]
-        a = indptr[v]
-        b = indptr[v + 1]
-        cidx[cptr[k]:cptr[k + 1]] = indices[a:b]
-
-
-@numba.njit(cache=True, nogil=True)
-def assemble_lists(nodes, slot, cptr, cidx, miss_ptr, miss_idx, out_ptr, out_idx):
-    """Write each node's list (cached, or the next list of the miss buffer) into out_ptr/out_idx."""
-    m = 0
-    for k in range(nodes.shape[0]):
-        s = slot[nodes[k]] if slot.shape[0] > 0 else -1
-        p = out_ptr[k]
-        if s >= 0:
-            ln = cptr[s + 1] - cptr[s]
-            out_idx[p:p + ln] = cidx[cptr[s]:cptr[s + 1]]
-        else:
-            ln = miss_ptr[m + 1] - miss_ptr[m]
-            out_idx[p:p + ln] = miss_idx[miss_ptr[m]:miss_ptr[m + 1]]
-            m += 1
-
-
-class TopologyCache:
-    """Neighbour lists of the planned nodes held in RAM, looked up through a node -> slot map."""
-
-    def __init__(self, nodes: np.ndarray, indptr: np.ndarray, indices_source, budget: MemoryBudget,
-                 owner: str = "topology cache") -> None:
-        """`indices_source(nodes) -> (ptr, idx)` reads the lists once (from disk or memory)."""
-        nodes = np.asarray(nodes, np.int64)
-        deg = np.diff(indptr)[nodes]
-        n = indptr.size - 1
-        nbytes = n * 4 + (nodes.size + 1) * 8 + int(deg.sum()) * 4
-        self.reservation = budget.reserve(owner, nbytes)
-        # `nodes` is not kept: it is often a view of a whole plan's order, which would then stay
-        # alive outside the budget (8 bytes per node it ranks); the slot map says which lists are held.
-        self.slot = np.full(n, -1, np.int32)
-        self.slot[nodes] = np.arange(nodes.size, dtype=np.int32)
-        if nodes.size:
-            self.ptr, self.idx = indices_source(nodes)
-        else:
-            self.ptr, self.idx = np.zeros(1, np.int64), np.zeros(0, np.int32)
-        self.nbytes = nbytes
-
-    def release(self) -> None:
-        self.reservation.release()
-        self.slot = self.ptr = self.idx = None
 
 
 class FeatureCache:

@@ -31,7 +31,8 @@ from labkit.core.directio import PAGE, SWEEP, DirectFile, extent_pages
 from labkit.disk.costmodel import DiskModel
 from labkit.core.errors import check_choice
 from labkit.core.memory import MemoryBudget
-from labkit.disk.iocache import BeladyFeatureCache, FeatureCache, TopologyCache, assemble_lists
+from labkit.disk.iocache import BeladyFeatureCache, FeatureCache
+from labkit.graph.cache import ListCache
 from labkit.graph.csr import check_node_ids
 from labkit.graph.storage import check_ids, entry_rows, lists_ptr
 
@@ -144,7 +145,10 @@ class MemoryTopology:
 
 
 class DiskTopology:
-    """Neighbour lists on disk (int32 ``indices`` file), an optional :class:`TopologyCache` in front."""
+    """Neighbour lists on disk (int32 ``indices`` file), an optional list cache in front.
+
+    The cache is the graph core's :class:`~labkit.graph.cache.ListCache`, filled from the file.
+    """
 
     def __init__(self, ds: Dataset, budget: MemoryBudget, *, policy: IOPolicy | None = None,
                  queue_depth: int = 8, staging_bytes: int | None = None, fallback: bool = False) -> None:
@@ -163,7 +167,7 @@ class DiskTopology:
             raise
         self.policy = policy or IOPolicy("random")
         self._lock = threading.Lock()
-        self.cache: TopologyCache | None = None
+        self.cache: ListCache | None = None
         self.stats = StoreStats()
         self.budget = budget
 
@@ -173,7 +177,7 @@ class DiskTopology:
             self.cache.release()
             self.cache = None
         if nodes is not None:
-            self.cache = TopologyCache(nodes, self.indptr, self._read_lists, self.budget)
+            self.cache = ListCache(nodes, self.indptr, self._read_lists, budget=self.budget, owner="topology cache")
 
     def _read_lists(self, nodes: np.ndarray, gap: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         ptr = lists_ptr(self.indptr, nodes)
@@ -193,12 +197,8 @@ class DiskTopology:
         """Return (ptr, idx): the neighbour lists of `nodes`, from the cache or from disk."""
         nodes = check_ids(nodes, self.num_nodes)
         ptr = lists_ptr(self.indptr, nodes)
-        if self.cache is not None:
-            slot = self.cache.slot
-            miss = nodes[slot[nodes] < 0]
-        else:
-            slot = np.zeros(0, np.int32)
-            miss = nodes
+        cache = self.cache
+        miss = nodes if cache is None else nodes[~cache.split(nodes)]
         if miss.size == nodes.size and miss.size:
             # Nothing cached: the lists come back from disk already in order (no second copy).
             starts = self.indptr[nodes].astype(np.int64) * 4
@@ -218,9 +218,8 @@ class DiskTopology:
             mptr, midx = self._read_lists(miss, gap)
         else:
             mptr, midx = np.zeros(1, np.int64), np.zeros(0, np.int32)
-        cptr = self.cache.ptr if self.cache is not None else np.zeros(1, np.int64)
-        cidx = self.cache.idx if self.cache is not None else np.zeros(0, np.int32)
-        assemble_lists(nodes, slot, cptr, cidx, mptr, midx, ptr, idx)
+        if cache is not None:  # else there are no nodes: nothing to place
+            cache.assemble(nodes, mptr, midx, ptr, idx)
         with self._lock:
             self.stats.hits += nodes.size - miss.size
             self.stats.misses += miss.size
@@ -241,13 +240,11 @@ class DiskTopology:
         """
         row = entry_rows(ptr, pos)
         v = nodes[row]
-        glob = self.indptr[v].astype(np.int64) + (pos - ptr[row])
+        off = pos - ptr[row]
+        glob = self.indptr[v].astype(np.int64) + off
         out = np.empty(pos.size, np.int32)
         if self.cache is not None:
-            slot = self.cache.slot[v]
-            hit = slot >= 0
-            out[hit] = self.cache.idx[self.cache.ptr[slot[hit]] + (pos[hit] - ptr[row[hit]])]
-            miss = np.flatnonzero(~hit)
+            miss = np.flatnonzero(~self.cache.pick(v, off, out))
         else:
             miss = None
         mpos = glob if miss is None else glob[miss]

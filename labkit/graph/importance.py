@@ -5,19 +5,18 @@ proportion to its (k-hop) in-degree, and *costs* memory in proportion to its out
 ratio ranks what is worth keeping on every worker. D^k are k-hop path counts
 (D^k(v) = sum of D^{k-1} over v's 1-hop neighbours), a cheap upper bound on distinct k-hop
 neighbours. The plan (which vertices: a :class:`labkit.core.cacheplan.CachePlan` ranked by
-importance) is data, kept apart from the cache mechanism (:class:`NeighborCache`), as Ginex
-and GNNDrive do.
+importance) is data, kept apart from the cache mechanism (:class:`NeighborCache`, a
+:class:`~labkit.graph.cache.ListCache`), as Ginex and GNNDrive do.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit, prange
 
 from labkit.core.cacheplan import CachePlan, CacheStats, by_score
 from labkit.core.errors import bad_value, check_range
+from labkit.graph.cache import ListCache
 from labkit.graph.csr import CSR
 from labkit.graph.storage import gather_lists
 
@@ -75,34 +74,6 @@ def plan_cache(csr: CSR, imp: np.ndarray, threshold: float, *, max_fraction: flo
 
 
 @njit(nogil=True, cache=True)
-def _split(ids, slot):
-    hit = np.empty(len(ids), np.bool_)
-    for i in range(len(ids)):
-        hit[i] = slot[ids[i]] >= 0
-    return hit
-
-
-@njit(nogil=True, cache=True)
-def _cached_lengths(ids, hit_pos, slot, cptr, counts):
-    for i in hit_pos:
-        s = slot[ids[i]]
-        counts[i] = cptr[s + 1] - cptr[s]
-
-
-@njit(nogil=True, cache=True)
-def _place_cached(ids, hit_pos, slot, cptr, cidx, out_ptr, out):
-    n = 0
-    for i in hit_pos:
-        s = slot[ids[i]]
-        lo, q = cptr[s], out_ptr[i]
-        d = cptr[s + 1] - lo
-        for j in range(d):
-            out[q + j] = cidx[lo + j]
-        n += d
-    return n
-
-
-@njit(nogil=True, cache=True)
 def _place_rows(ids, hit_pos, slot, rows, out):
     for i in hit_pos:
         s = slot[ids[i]]
@@ -110,29 +81,12 @@ def _place_rows(ids, hit_pos, slot, rows, out):
             out[i, j] = rows[s, j]
 
 
-@dataclass
-class NeighborCache:
-    """Out-neighbour lists of the planned vertices, held locally: lookups that hit skip the remote fetch."""
+class NeighborCache(ListCache):
+    """Out-neighbour lists (and optionally feature rows) of the planned vertices, held locally:
+    lookups that hit skip the remote fetch. The list mechanism is :class:`~labkit.graph.cache.ListCache`."""
 
-    slot: np.ndarray
-    indptr: np.ndarray
-    indices: np.ndarray
-    plan: CachePlan
-    stats: CacheStats = field(default_factory=CacheStats)
-    features: np.ndarray | None = None
-    feature_stats: CacheStats = field(default_factory=CacheStats)
-    reservation: object = None  # the MemoryBudget reservation backing this cache, if any
-
-    @classmethod
-    def build(cls, csr: CSR, plan: CachePlan, features: np.ndarray | None = None, *,
-              budget=None) -> "NeighborCache":
-        """Return a cache holding `plan.vertices`' out-neighbour lists copied from `csr`.
-
-        With `features`, the same vertices' attribute rows are cached too (the vertices
-        reached most often per byte are the same whether one fetches their lists or rows).
-        With a :class:`labkit.core.memory.MemoryBudget`, the bytes are reserved first and
-        BudgetExceeded is raised (nothing allocated) if they do not fit.
-        """
+    def __init__(self, csr: CSR, plan: CachePlan, features: np.ndarray | None = None, *, budget=None) -> None:
+        """Hold `plan.vertices`' out-neighbour lists copied from `csr` (see :meth:`build`)."""
         n = csr.num_nodes
         v = plan.vertices  # the cached set in id order: the layout of the cache's CSR
         if v.ndim != 1 or v.dtype.kind not in "iu":
@@ -145,21 +99,28 @@ class NeighborCache:
         if features is not None and (np.ndim(features) != 2 or len(features) != n):
             raise bad_value("features", f"array of shape {np.shape(features)}",
                             f"a 2-d array of {n} rows (one per node)")
-        if budget is not None:
-            deg = np.diff(csr.indptr)[v]
-            need = int(deg.sum()) * csr.indices.itemsize + 8 * (len(v) + 1) + \
-                (0 if features is None else len(v) * features[:1].nbytes)
-            reservation = budget.reserve("importance cache", need)
-        slot = np.full(csr.num_nodes, -1, np.int32 if csr.num_nodes < 2**31 else np.int64)
-        slot[v] = np.arange(len(v))
-        ptr, idx = gather_lists(csr.indptr, csr.indices, v)
-        x = None if features is None else np.ascontiguousarray(features[v])
-        return cls(slot, ptr, idx, plan, features=x, reservation=reservation if budget is not None else None)
+        row_bytes = 0 if features is None else features[:1].nbytes
+        super().__init__(v, csr.indptr, lambda ids: gather_lists(csr.indptr, csr.indices, ids), budget=budget,
+                         owner="importance cache", dtype=csr.indices.dtype, extra_bytes=len(v) * row_bytes)
+        self.plan = plan
+        try:
+            self.features = None if features is None else np.ascontiguousarray(features[v])
+        except BaseException:
+            self.release()
+            raise
+        self.feature_stats = CacheStats()
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes of cached topology (lists and their offsets; the slot map is per-vertex metadata)."""
-        return self.indptr.nbytes + self.indices.nbytes
+    @classmethod
+    def build(cls, csr: CSR, plan: CachePlan, features: np.ndarray | None = None, *,
+              budget=None) -> "NeighborCache":
+        """Return a cache holding `plan.vertices`' out-neighbour lists copied from `csr`.
+
+        With `features`, the same vertices' attribute rows are cached too (the vertices
+        reached most often per byte are the same whether one fetches their lists or rows).
+        With a :class:`labkit.core.memory.MemoryBudget`, the bytes (slot map, lists, rows) are
+        reserved first and BudgetExceeded is raised (nothing allocated) if they do not fit.
+        """
+        return cls(csr, plan, features, budget=budget)
 
     @property
     def feature_nbytes(self) -> int:
@@ -167,7 +128,7 @@ class NeighborCache:
 
     def feature_rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Return (hit mask, rows of the hits) for attribute lookups of `ids`."""
-        hit = _split(ids, self.slot)
+        hit = self.hit_mask(ids)
         h = int(hit.sum())
         self.feature_stats.hits += h
         self.feature_stats.misses += len(ids) - h
@@ -179,32 +140,9 @@ class NeighborCache:
     def num_cached(self) -> int:
         return self.plan.size
 
-    def split(self, ids: np.ndarray) -> np.ndarray:
-        """Return a bool mask of which `ids` hit (and count the lookups and hits)."""
-        hit = _split(ids, self.slot)
-        h = int(hit.sum())
-        self.stats.hits += h
-        self.stats.misses += len(ids) - h
-        return hit
-
-    def list_lengths(self, ids: np.ndarray, hit_pos: np.ndarray, counts: np.ndarray) -> None:
-        """Write the cached list length of ids[i] into counts[i] for every i in `hit_pos` (all must hit)."""
-        _cached_lengths(ids, hit_pos, self.slot, self.indptr, counts)
-
-    def place_lists(self, ids: np.ndarray, hit_pos: np.ndarray, out_ptr: np.ndarray, out: np.ndarray) -> None:
-        """Copy the cached list of ids[i] into out[out_ptr[i]:out_ptr[i + 1]] for every i in `hit_pos`."""
-        n = _place_cached(ids, hit_pos, self.slot, self.indptr, self.indices, out_ptr, out)
-        self.stats.hit_bytes += n * self.indices.itemsize + 8 * len(hit_pos)
-
     def place_feature_rows(self, ids: np.ndarray, hit_pos: np.ndarray, out: np.ndarray) -> None:
         """Copy the cached attribute row of ids[i] into out[i] for every i in `hit_pos` (and count the lookups)."""
         _place_rows(ids, hit_pos, self.slot, self.features, out)
         self.feature_stats.hits += len(hit_pos)
         self.feature_stats.misses += len(ids) - len(hit_pos)
         self.feature_stats.hit_bytes += len(hit_pos) * out[:1].nbytes
-
-    def lists(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Return (ptr, nbrs) for cached `ids` (all must hit)."""
-        ptr, out = gather_lists(self.indptr, self.indices, self.slot[ids].astype(np.int64))
-        self.stats.hit_bytes += out.nbytes + 8 * len(ids)
-        return ptr, out

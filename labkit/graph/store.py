@@ -35,7 +35,6 @@ from labkit.graph.checks import check_features, check_labels
 from labkit.graph.csr import CSR
 from labkit.graph.importance import NeighborCache
 from labkit.graph.storage import gather_lists
-from labkit.graph.importance import _split as _split_hits
 from labkit.graph.partition import Partitioning
 from labkit.graph.storage import check_ids, entries_from_neighbors
 
@@ -400,7 +399,7 @@ class PartitionedStore:
         out = np.empty((len(ids), self.feature_dim), self.feature_dtype)
         cached = self.cache is not None and self.cache.features is not None
         if cached:
-            hit = _split_hits(ids, self.cache.slot)
+            hit = self.cache.hit_mask(ids)
             miss = np.flatnonzero(~hit)
         else:
             miss = np.arange(len(ids))
