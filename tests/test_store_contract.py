@@ -172,14 +172,17 @@ def test_bad_input_gets_the_same_one_line_error_from_every_store(store, call, me
     assert str(e.value) == message
 
 
-def test_negatives_from_a_store_in_ram_match_the_csr_and_others_are_refused(store, graph):
+@pytest.mark.parametrize("by", ["random", "in_degree"])
+def test_negatives_from_every_store_match_the_csr(store, graph, by):
+    """In RAM or not, a store gives the negatives of its CSR for a seed (true neighbours excluded alike)."""
     from labkit.graph.negative import negative_sample
     gs, _ = store
     csr, _, _ = graph
-    src = np.arange(0, 2000, 7)
-    if isinstance(getattr(gs, "indices", None), np.ndarray):  # the lists are one CSR in RAM
-        a, b = negative_sample(csr, src, 3, seed=5), negative_sample(gs, src, 3, seed=5)
-        assert np.array_equal(a.dst, b.dst) and a.capped == b.capped
-    else:
-        with pytest.raises(BadInput, match=f"csr='{type(gs).__name__}' is not accepted; expected a labkit CSR"):
-            negative_sample(gs, src, 3)
+    src = np.concatenate([np.arange(0, 2000, 7), [7, 7]])  # a repeated source keeps its own draws
+    # max_retries=0 sends in-degree draws that hit a neighbour to the store for more draws.
+    for retries in (10, 0):
+        a = negative_sample(csr, src, 3, by=by, seed=5, stream=1, max_retries=retries)
+        b = negative_sample(gs, src, 3, by=by, seed=5, stream=1, max_retries=retries)
+        assert np.array_equal(a.dst, b.dst) and a.capped == b.capped and np.array_equal(a.src, b.src)
+    with pytest.raises(BadInput, match="csr='list' is not accepted; expected a labkit CSR or a GraphStore"):
+        negative_sample([gs], src, 3)

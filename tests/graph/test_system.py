@@ -179,6 +179,25 @@ def test_negatives_uniform_and_in_degree(g):
     assert negative_sample(full, np.array([0]), 3, by="in_degree", max_retries=2).capped == 3
 
 
+def test_negatives_from_a_partitioned_store_read_more_draws_when_sources_reject_many():
+    """A source linked to most nodes rejects most in-degree draws: its extra draws are read again, same result."""
+    n = 64
+    src = np.concatenate([np.zeros(n - 3, np.int64), np.arange(1, n)])  # 0 -> all but 3 nodes; a ring
+    dst = np.concatenate([np.arange(3, n), (np.arange(1, n) % (n - 1)) + 1])
+    csr = build_csr(src, dst, n)
+    store = PartitionedStore(csr, partition(csr, 3, "hash"))
+    reads = []
+    entries = store.entries
+    store.entries = lambda ids, ptr, pos: reads.append(len(pos)) or entries(ids, ptr, pos)
+    for by in ("in_degree", "random"):
+        a = negative_sample(csr, [0, 5, 0, 9], 4, by=by, seed=2, max_retries=6)
+        b = negative_sample(store, [0, 5, 0, 9], 4, by=by, seed=2, max_retries=6)
+        assert np.array_equal(a.dst, b.dst) and a.capped == b.capped
+        assert all(v not in csr.neighbors(u) for u, v in zip(b.src, b.dst) if v >= 0)
+    # The first read holds k + 2 = 6 draws a source; the two sources 0 rejected more and were read again.
+    assert len(reads) >= 2 and reads[0] == 4 * 6 and reads[1] == 2 * 12
+
+
 def test_negatives_agree_with_pyg_negative_sampling_density(g):
     from torch_geometric.utils import negative_sampling
     csr, *_ = g
