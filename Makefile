@@ -17,10 +17,8 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml constraints.txt $(NODEPS) | $(BIN)/python
-	# --no-compile: byte-compiling every installed module (torch's thousands) took a large share of the
-	# install; Python compiles what is imported on first use and caches it in the venv.
-	$(BIN)/python -m pip install --no-compile -c constraints.txt -e ".[dev]"
-	@if [ -f requirements-nodeps.txt ]; then $(BIN)/python -m pip install --no-compile --no-deps -r requirements-nodeps.txt; fi
+	$(BIN)/python -m pip install -c constraints.txt -e ".[dev]"
+	@if [ -f requirements-nodeps.txt ]; then $(BIN)/python -m pip install --no-deps -r requirements-nodeps.txt; fi
 	touch $@
 
 install: $(STAMP)  ## create .venv and install labkit (editable; exact versions from constraints.txt) and the no-deps extras
