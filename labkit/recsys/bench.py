@@ -15,7 +15,13 @@ counts, doubles the rows per field and quadruples the batch, within a 24 GiB mac
   packed step's two halves (embedding, dense network) alone at 1 and all threads, which bound what
   interleaving can gain;
 - operators per training step from ``torch.profiler``;
-- hot-row cache hit rate with 5% of rows cached, planned from observed id counts.
+- hot-row cache hit rate with 5% of rows cached, planned from observed id counts;
+- PICASSO's hybrid-parallel setting (:mod:`labkit.recsys.hybrid`): Wide & Deep on 2 ranks, each in its own
+  network namespace behind a link shaped to :data:`DIST_RATE` (:mod:`labkit.core.cluster`), tables sharded
+  by field, the dense part data parallel: per-field all-to-alls vs one packed all-to-all per exchange, the
+  packed step with and without interleaved micro-batches, and TorchRec's ``DistributedModelParallel``
+  (table-wise, fused SGD) as the anchor. Without the privilege to build the namespaces these claims are
+  marked "not measured" with the reason (the loopback claims above are unaffected).
 
 Every timed claim is the median of per-round ratios with a bootstrap 95% interval
 (:meth:`Bench.measure_ratio`; more rounds while the interval straddles the target); the operator
@@ -58,7 +64,28 @@ CLAIMS = [
           "hot part of skewed tables in fastest memory", target=0.85, unit=""),
     Claim("recsys.interleave_speedup", "training step, interleaving alone (packed model with vs without it), 2 cores",
           "overlap memory- and compute-bound work", target=1.1),
+    Claim("recsys.dist_packing_speedup", "hybrid-parallel Wide & Deep training step, packed vs per-field "
+          "all-to-all, 100 fields, 2 ranks over 10 Gbit/s links",
+          "data packing merges the per-field communication ops", target=2.0),
+    Claim("recsys.dist_interleave_speedup", "hybrid-parallel training step, packed, with vs without 4 interleaved "
+          "micro-batches, 100 fields, 2 ranks over 10 Gbit/s links",
+          "interleaving hides embedding communication behind dense compute", target=1.2),
+    Claim("recsys.vs_torchrec_dmp", "hybrid-parallel training step, packed vs TorchRec DistributedModelParallel "
+          "(table-wise, fused SGD), 100 fields, 2 ranks over 10 Gbit/s links",
+          "TorchRec: the industrial hybrid-parallel trainer", target=1.0),
 ]
+
+#: The shaped cluster the recsys.dist_* claims run on: ranks, one host each, and every link's rate
+#: (the claims' text names it), and the micro-batches of the interleaved contender.
+DIST_RANKS, DIST_RATE, DIST_MICRO = 2, "10gbit", 4
+DIST_CLAIMS = ("recsys.dist_packing_speedup", "recsys.dist_interleave_speedup", "recsys.vs_torchrec_dmp")
+#: Sizes of the hybrid-parallel case per profile (the ranks' tables are small: the case measures
+#: communication, and the single-machine claims above measure the tables' kernels).
+DIST_SIZES = {
+    "ci": {"fields": 26, "rows": 1_000, "batch": 256, "repeats": 5, "max_rounds": 5},
+    "small": {"fields": 100, "rows": 10_000, "batch": 1024, "repeats": 9},
+    "large": {"fields": 100, "rows": 10_000, "batch": 2048, "repeats": 9},
+}
 
 #: Largest table difference (absolute) and loss difference (relative to the baseline's) between
 #: stages or models trained on the same data from the same rows for which a speed claim is measured;
@@ -478,6 +505,103 @@ def cache_case(b: Bench, sz: dict) -> dict:
     return out
 
 
+def dist_case(b: Bench, sz: dict, torchrec: bool, rate: str = DIST_RATE) -> dict:
+    """Time the hybrid-parallel step on a shaped cluster of :data:`DIST_RANKS` hosts (see the module doc);
+    fill the recsys.dist_* claims, or mark them not measured where no shaped cluster can be built.
+    Returns the comparison's medians (ms) and link bytes per step by contender ({} when not measured)."""
+    from labkit.core.cluster import can_shape, fmt_rate, start_cluster
+    from labkit.recsys.hybrid import TORCHREC, HybridConfig, HybridError, RankGroup
+
+    ok, why = can_shape()
+    if not ok:
+        for cid in DIST_CLAIMS:
+            b.note(f"not measured: no shaped cluster on this machine ({why}); the hybrid-parallel step needs "
+                   "network namespaces and tc (run as root or with CAP_NET_ADMIN).", claim=cid)
+        return {}
+    cfg = HybridConfig(fields=sz["fields"], rows=sz["rows"], dim=16, batch=sz["batch"], seed=0)
+    inter = f"packed+interleave{DIST_MICRO}"
+    runs = {"per_field": ("per_field", 1), "packed": ("packed", 1), inter: ("packed", DIST_MICRO)}
+    if torchrec:
+        runs[TORCHREC] = ("torchrec", 1)
+    else:
+        from labkit.recsys.baselines import torchrec as trec
+        b.note(f"not measured: TorchRec does not import here ({trec.why_unavailable()}).", claim="recsys.vs_torchrec_dmp")
+    losses: dict[str, list[float]] = {n: [] for n in runs}
+    out: dict = {}
+    try:
+        with start_cluster(DIST_RANKS, rate, fallback=False) as cl, \
+                RankGroup(DIST_RANKS, cluster=cl, timeout=120, threads=1) as g:
+            g.setup(cfg, list(runs))
+
+            def contender(n):
+                mode, micro = runs[n]
+                return lambda: losses[n].extend(g.run(n, mode, micro, 1)["losses"])
+            link = fmt_rate(cl.rate_bit_s)
+            c = b.compare(f"hybrid-parallel Wide & Deep step, {DIST_RANKS} ranks over {link} links, "
+                          f"{cfg.fields} fields x {cfg.rows:,} rows, batch {cfg.batch}",
+                          {n: contender(n) for n in runs}, repeats=sz["repeats"], warmup=1, work=cfg.batch,
+                          work_unit="samples")
+            # Every contender took as many steps on the same batches from the same weights: the same
+            # losses, or the faster one trained something else (then its claims stay unmeasured).
+            n_steps = min(len(v) for v in losses.values())
+
+            def drift(names) -> float:
+                ref = np.asarray(losses["per_field"][:n_steps])
+                return max(float(np.max(np.abs(np.asarray(losses[n][:n_steps]) - ref) / np.abs(ref))) for n in names)
+            hyb = b.record("recsys.dist_loss_max_rel_diff", drift(["packed", inter]))
+            alike = _trained_alike(b, hyb, LOSS_TOL, "the hybrid-parallel contenders' losses",
+                                   "recsys.dist_packing_speedup", "recsys.dist_interleave_speedup")
+            if alike:
+                b.measure_ratio("recsys.dist_packing_speedup", c, "per_field", "packed", max_rounds=sz.get("max_rounds"))
+                b.measure_ratio("recsys.dist_interleave_speedup", c, "packed", inter, max_rounds=sz.get("max_rounds"))
+            if torchrec:
+                n_steps = min(len(v) for v in losses.values())
+                trd = b.record("recsys.dist_torchrec_loss_max_rel_diff", drift([TORCHREC]))
+                if _trained_alike(b, trd, LOSS_TOL, "TorchRec's and the hybrid trainer's losses",
+                                  "recsys.vs_torchrec_dmp"):
+                    b.measure_ratio("recsys.vs_torchrec_dmp", c, TORCHREC, "packed", max_rounds=sz.get("max_rounds"))
+            # Bytes on the links per step, contender by contender (one more step each, counted alone).
+            for n, (mode, micro) in runs.items():
+                before = cl.link_bytes()
+                g.run(n, mode, micro, 1)
+                after = cl.link_bytes()
+                sent = sum(after[h][0] - before[h][0] for h in after)
+                out[f"bytes_{n}"] = b.record(f"recsys.dist_link_bytes_per_step_{n.replace('+', '_')}", sent)
+            b.release(c)
+    except HybridError as exc:
+        for cid in DIST_CLAIMS:
+            if b.claims[cid].measured is None:
+                b.note(f"not measured: the hybrid-parallel ranks failed ({exc}).", claim=cid)
+        return {}
+    ms = {n: c.median(n) * 1e3 for n in runs}
+    for n, v in ms.items():
+        b.record(f"recsys.dist_step_ms_{n.replace('+', '_')}", v)
+    out["ms"] = ms
+    # ms the packed step's bytes take on one link (each host sends its share over its own link)
+    wire = out["bytes_packed"] / DIST_RANKS * 8 / cl.rate_bit_s * 1e3
+    b.note(f"Hybrid-parallel case: {DIST_RANKS} ranks (one torch thread each), each in its own network namespace "
+           f"behind a veth link shaped to {link} (tc tbf, both directions); tables sharded by field "
+           f"(round robin), the dense network data parallel (one allreduce per step). Per step the per-field "
+           f"trainer issues 4 x {cfg.fields} all-to-alls (a field's ids as lengths and values, its pooled rows, their "
+           f"gradients) and the packed one 4; both post them asynchronously and use the same lookup and fused update "
+           f"kernels, so they differ only in how the bytes are grouped. Medians: per-field {ms['per_field']:.1f} ms, "
+           f"packed {ms['packed']:.1f} ms, packed with {DIST_MICRO} micro-batches {ms[inter]:.1f} ms"
+           + (f", TorchRec DMP {ms[TORCHREC]:.1f} ms" if torchrec else "") + ".")
+    if b.claims["recsys.dist_interleave_speedup"].status not in ("pass", "not measured"):
+        b.note(f"The packed step sent {out['bytes_packed'] / 1e6:.2f} MB over the {DIST_RANKS} links, about "
+               f"{wire:.1f} ms of wire time per link at {link} against a {ms['packed']:.1f} ms step: the dense compute interleaving would hide "
+               "the all-to-alls behind is most of the step, and the all-to-alls themselves are short, so there is "
+               "little to overlap; slower links (the notebook's slider) leave more.",
+               claim="recsys.dist_interleave_speedup")
+    if torchrec:
+        b.note("TorchRec's DMP runs the same tables table-wise (its planner places them) with FBGEMM's fused "
+               "SGD and DistributedDataParallel for the dense part; FBGEMM needs a multiple of 4 columns, so each "
+               "wide (dim-1) table is 4 wide there and the model reads its first column: more bytes per "
+               f"step on the links ({out.get('bytes_' + TORCHREC, 0) / 1e6:.2f} MB against the packed trainer's "
+               f"{out['bytes_packed'] / 1e6:.2f} MB).", claim="recsys.vs_torchrec_dmp")
+    return out
+
+
 def _trained_alike(b: Bench, diff: float, tol: float, what: str, *claims: str) -> bool:
     """True when `diff` (how far contenders' training drifted apart) is within `tol`; else note each claim."""
     if diff <= tol:
@@ -585,6 +709,7 @@ def bench(b: Bench) -> None:
            f"likeliest) would hit {r4['criteo_like_oracle']:.3f}. With every field at {sz['rows']:,} rows the plan "
            f"hits {r4['uniform']:.3f} and even the ideal cache only {r4['uniform_oracle']:.3f}: at Zipf 1.05 over "
            "equal tables the hottest 5% of rows do not carry 85% of the lookups.", claim="recsys.cache_hit_5pct")
+    dist_case(b, DIST_SIZES[b.profile], have_trec)
     if b.profile != "small":
         b.note(f"profile {b.profile!r} changes the sizes: fields {sz['fields']}, {sz['rows']:,} rows, "
                f"batch {sz['batch']}; the targets are stated for 'small'")

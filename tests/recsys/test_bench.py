@@ -16,11 +16,19 @@ def test_bench_ci_measures_every_claim():
     claims = {c.id: c for c in rep.claims}
     assert set(claims) == {"recsys.emb_speedup_f100", "recsys.emb_speedup_f500", "recsys.vs_torchrec_fused",
                            "recsys.e2e_speedup_f100", "recsys.ops_reduction", "recsys.cache_hit_5pct",
-                           "recsys.interleave_speedup"}
+                           "recsys.interleave_speedup", "recsys.dist_packing_speedup",
+                           "recsys.dist_interleave_speedup", "recsys.vs_torchrec_dmp"}
+    from labkit.core.cluster import can_shape
+    shaped, why = can_shape()
     for cid, c in claims.items():
-        if cid == "recsys.vs_torchrec_fused" and not trec.available():
+        if cid in ("recsys.vs_torchrec_fused", "recsys.vs_torchrec_dmp") and not trec.available():
             assert c.measured is None
             continue
+        if cid.startswith("recsys.dist_") or cid == "recsys.vs_torchrec_dmp":
+            if not shaped:  # marked not measured, with the cluster's reason beside it
+                assert c.measured is None and c.status == "not measured", cid
+                assert any(n.startswith(f"{cid}: not measured") and why in n for n in rep.notes), cid
+                continue
         assert c.measured is not None and c.measured > 0, cid
     # every claim from repeated timings carries a 95% interval over >= 5 rounds (issue 29, item 7);
     # the operator count and the hit rate are exact counts over the run and carry none
@@ -35,6 +43,9 @@ def test_bench_ci_measures_every_claim():
     assert claims["recsys.ops_reduction"].measured > 5
     assert 0.5 < claims["recsys.cache_hit_5pct"].measured <= 1
     r = rep.results
+    if shaped:  # the hybrid-parallel contenders trained alike, and the packed one sent its bytes over the links
+        assert r["recsys.dist_loss_max_rel_diff"] < 1e-4
+        assert r["recsys.dist_link_bytes_per_step_packed"] > 0 and r["recsys.dist_step_ms_per_field"] > 0
     assert abs(r["recsys.e2e_loss_baseline"] - r["recsys.e2e_loss_packed"]) < 1e-4
     # every contender trained what the baseline trains on its batches (else the claims stay unmeasured)
     assert r["recsys.e2e_loss_max_rel_diff"] < 1e-4
@@ -146,3 +157,16 @@ def test_released_contenders_free_what_they_held():
     release()
     gc.collect()
     assert ref() is None and callable(fns["a"])
+
+
+def test_without_a_shaped_cluster_the_dist_claims_say_why(monkeypatch):
+    from labkit.core.bench import Bench
+    from labkit.recsys import bench as rb
+    monkeypatch.setenv("LABKIT_NO_NETNS", "1")
+    b = Bench("recsys", "ci", rb.CLAIMS, progress=False)
+    assert rb.dist_case(b, rb.DIST_SIZES["ci"], torchrec=False) == {}
+    rep = b.report()
+    for cid in rb.DIST_CLAIMS:
+        c = next(c for c in rep.claims if c.id == cid)
+        assert c.status == "not measured"
+        assert any(n.startswith(f"{cid}: not measured") and "LABKIT_NO_NETNS" in n for n in rep.notes), cid
