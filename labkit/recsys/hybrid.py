@@ -355,13 +355,16 @@ class HybridTrainer:
         emb = m.stage.lookup(owned)  # [B, my columns]: every rank's samples, my tables
         micro = [sample_edges(self.lay.n_local[r], interleave) for r in range(self.world)]
         rows = [self._rows(micro, i) for i in range(interleave)]
-        # every micro-batch's output dist is posted now: later ones travel while earlier ones compute
-        fwd = [self._fwd_post(emb, exchanges, rows[i]) for i in range(interleave)]
         dense, labels = torch.from_numpy(local.dense), torch.from_numpy(local.labels)
         bwd, loss_sum = [], torch.zeros(())
+        fwd = self._fwd_post(emb, exchanges, rows[0])
         for i in range(interleave):
             a, b = int(micro[me][i]), int(micro[me][i + 1])
-            e = self._fwd_take(fwd[i], b - a).requires_grad_()
+            e = self._fwd_take(fwd, b - a).requires_grad_()
+            # The next micro-batch's rows travel while this one computes (posted only now, so they do
+            # not share the links with this one's rows and delay them).
+            if i + 1 < interleave:
+                fwd = self._fwd_post(emb, exchanges, rows[i + 1])
             loss = m.loss_fn(m.dense(e, dense[a:b]), labels[a:b]) * ((b - a) / B)
             loss.backward()  # dense grads add up over the micro-batches
             loss_sum += loss.detach()

@@ -110,3 +110,22 @@ def test_on_a_cluster_the_ranks_run_in_its_hosts():
                                        rtol=1e-5)
     finally:
         cl.close()
+
+
+@pytest.mark.slow
+def test_the_rate_slider_reshapes_the_links_and_times_the_three_trainers():
+    from labkit.ui.recsys import NETWORK_CONTENDERS, network_lab, rate_explorer
+    cl, group = network_lab(4, 50, 32)
+    try:
+        view, fig, state = rate_explorer(cl, group, rates=(1, 10), value=10, rounds=2)
+        state.controls["link Gbit/s"].value = 1
+        r = state.result
+        assert r["rate_gbit"] == 1 and cl.rate_bit_s == 10**9 and state.updates == 2
+        assert set(r["ms"]) == set(NETWORK_CONTENDERS) and all(v > 0 for v in r["ms"].values())
+        assert 0 < r["packing"].lo <= r["packing"].median <= r["packing"].hi
+        assert list(fig.data[0].y) == [r["ms"][n] for n in NETWORK_CONTENDERS]
+        assert ("1 Gbit/s links" if cl.shaped else "rate not applied") in fig.layout.title.text
+    finally:
+        group.close()
+        cl.close()
+    assert all(p.poll() is not None for p in group.procs)
