@@ -67,6 +67,10 @@ def checks() -> list[tuple[str, str, str]]:
     chrome = machine.chromium_path()
     out.append(("chromium", "ok" if chrome else "warn", chrome or "absent: browser tests are skipped "
                 "(apt-get install chromium)"))
+    from labkit.core.cluster import can_shape
+    netns, why = can_shape()  # optional: without it the shaped bench claims read "not measured"
+    out.append(("network", "ok" if netns else "warn", "network namespaces for a shaped cluster: "
+                + ("yes" if netns else f"no ({why}); shaped claims are marked 'not measured'")))
     return out
 
 
