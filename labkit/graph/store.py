@@ -232,7 +232,10 @@ class PartitionedStore:
                                        direct=True, hash=False)
                 fut = client.submit(PartitionServer, p, *parts[:3], None if x is None else parts[3], actor=True,
                                     workers=[addr], pure=False)
-                self.servers.append(fut.result())
+                # An actor binds to the current client when it is made: with several clients alive (each
+                # cluster with its own TLS credentials) it must be this store's, or its calls fail TLS.
+                with client.as_current():
+                    self.servers.append(fut.result())
                 del parts  # the actor holds the arrays now; the scattered copies' keys are released
                 self.addresses.append(addr)
 
