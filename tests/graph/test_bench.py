@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from labkit.core.bench import Bench
+from labkit.core.cluster import can_shape
 from labkit.core.machine import reset_peak_rss
 from labkit.graph.bench import ANCHORS, CLAIMS, SYSTEM
 
@@ -17,10 +18,16 @@ def test_bench_ci_measures_every_claim():
     ids = {c.id for c in CLAIMS}
     assert ids == {"graph.build_speedup_scipy", "graph.build_edges_per_s", "graph.build_peak_mem_ratio",
                    "graph.sample_speedup_torch", "graph.sample_noreplace_fraction",
-                   "graph.cache_epoch_speedup", "graph.cache_hit_rate"}
+                   "graph.cache_epoch_speedup", "graph.cache_epoch_speedup_shaped", "graph.cache_hit_rate"}
+    shaped, why = can_shape()
     for c in report.claims:
         if c.id == "graph.build_peak_mem_ratio" and not reset_peak_rss():
             continue  # peak RSS needs /proc clear_refs, absent on some kernels
+        if c.id == "graph.cache_epoch_speedup_shaped" and not shaped:
+            # Without the privilege the shaped claim is "not measured", and its note says why.
+            assert c.status == "not measured", c.status
+            assert any(n.startswith(c.id + ": not measured") and why in n for n in report.notes)
+            continue
         assert c.measured is not None and math.isfinite(c.measured) and c.measured > 0, c.id
     r = report.results
     assert 0 < r["graph.cache_hit_rate"] < 1 and 0 < r["graph.cache_vertices_fraction"] <= 0.2
@@ -64,6 +71,15 @@ def test_bench_ci_measures_every_claim():
     assert {c.case.split(",")[0] for c in report.comparisons} >= {"build CSR", "sample [15", "epoch of 4 batches x 512"}
     cases = {c.case: c for c in report.comparisons}
     assert all(len(c.times[n]) >= 1 for c in cases.values() for n in c.names)
+    if shaped:  # the same epochs behind 10 Gbit/s links, then the side run at 1 Gbit/s, each with its interval
+        c = claims["graph.cache_epoch_speedup_shaped"]
+        assert c.low <= c.measured <= c.high and c.rounds >= 2
+        assert "epoch of 4 batches x 512, [10, 5], 4 hosts at 10 Gbit/s" in cases
+        assert "epoch of 4 batches x 512, [10, 5], 4 hosts at 1 Gbit/s" in cases
+        lo, mid, hi = (r[f"graph.cache_epoch_speedup_1gbit{s}"] for s in ("_lo", "", "_hi"))
+        assert 0 < lo <= mid <= hi
+        assert r["graph.shaped_remote_kib_per_batch_cache_on"] < r["graph.shaped_remote_kib_per_batch_cache_off"]
+        assert any(n.startswith("graph.cache_epoch_speedup_shaped: each partition") for n in report.notes)
 
 
 def test_sampling_claim_names_its_baseline():
