@@ -351,3 +351,141 @@ def operator_throughput(csr: CSR, csc: CSR, *, batch: int = 1024, k: int = 10, r
     rates = {name: spread([n / max(t, 1e-9) / 1e6 for t in c.times[name]], unit="M ids/s")
              for name, n in ids.items()}
     return OperatorRates(rates, ids)
+
+
+#: Link rates the network section sweeps: data-centre links (1, 10, 25 Gbit/s), two slow ones on which a
+#: small graph's fetched bytes, not the round trips, set the epoch time, and "loopback" (the same
+#: partitions served over 127.0.0.1, no namespaces).
+NETWORK_RATES = ("10mbit", "100mbit", "1gbit", "10gbit", "25gbit", "loopback")
+
+
+def rate_label(rate) -> str:
+    """Return how a rate reads in tables and sliders: "loopback" or e.g. "10 Gbit/s"."""
+    from labkit.core.cluster import fmt_rate, parse_rate
+    return "loopback" if rate == "loopback" else fmt_rate(parse_rate(rate))
+
+
+class NetworkCacheLab:
+    """The importance cache's epoch speedup with the 4 partitions on shaped hosts, at a link rate you choose.
+
+    `cluster` is a :func:`labkit.core.cluster.start_cluster` cluster with one host per partition; its
+    Dask workers hold the partitions (one each), so every remote fetch crosses that host's shaped
+    link. A second set of Dask workers on 127.0.0.1 serves the same partitions for the "loopback"
+    point. Each measurement interleaves cache-off and cache-on epochs of `batches` GraphSAGE
+    mini-batches. Without the privilege to shape links (``cluster.shaped`` false) only "loopback"
+    can be measured. Close the lab (or use it as a context manager) to stop its Dask workers; the
+    cluster itself belongs to whoever started it.
+    """
+
+    def __init__(self, g: GraphData, cluster, *, batches: int = 8, batch_size: int = 256,
+                 fanouts: tuple[int, ...] = (10, 5), threshold: float = 1.0, seed: int = 0) -> None:
+        from labkit.graph.store import local_cluster
+
+        check_range("batches", batches, 1, integer=True)
+        check_range("batch_size", batch_size, 1, integer=True)
+        self.g, self.cluster, self.batches, self.batch_size = g, cluster, batches, batch_size
+        self.fanouts, self.seed = list(fanouts), check_seed(seed)
+        n_parts = max(1, len(cluster.hosts)) if cluster.shaped else 4
+        self.part = partition(g.csr, n_parts, "hash")
+        plan = plan_cache(g.csr, importance(g.csr, g.csc, 1), threshold, max_fraction=0.2)
+        self.cache = NeighborCache.build(g.csr, plan, g.features)
+        self.clients: dict[str, object] = {}
+        self.stores: dict[str, dict[str, PartitionedStore]] = {}
+        try:
+            if cluster.shaped:
+                self.clients["shaped"] = client = cluster.dask_client(workers_per_host=1, nthreads=1)
+                client.direct_to_workers = True  # as local_cluster's: actor calls go straight to the workers
+            self.clients["loopback"] = local_cluster(n_parts)
+            for where, client in self.clients.items():
+                self.stores[where] = {
+                    "cache_off": PartitionedStore(g.csr, self.part, g.features, backend="dask", client=client),
+                    "cache_on": PartitionedStore(g.csr, self.part, g.features, backend="dask", client=client,
+                                                 cache=self.cache)}
+                for st in self.stores[where].values():
+                    _warm_up(g, st, None, self.fanouts, self.seed)
+        except BaseException:
+            self.close()
+            raise
+        torch.manual_seed(self.seed)
+        self.model = SAGE(g.features.shape[1], 32, g.num_classes)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=0.01)
+        self._epoch = 0
+
+    @property
+    def rates(self) -> tuple[str, ...]:
+        """The rates this lab can measure: every one of NETWORK_RATES where links can be shaped, else loopback."""
+        return NETWORK_RATES if "shaped" in self.clients else ("loopback",)
+
+    def _epoch_fn(self, st: PartitionedStore, out: list):
+        def f():
+            self._epoch += 1
+            st.stats.reset()
+            r = train_epoch(self.model, self.opt, NeighborSampler(st), st, self.g.train, self.g.labels,
+                            self.fanouts, self.batch_size, epoch=self._epoch, seed=self.seed,
+                            max_batches=self.batches)
+            out.append((r.batches, st.stats.remote_bytes, st.stats.wait_s))
+        return f
+
+    def measure(self, rate, rounds: int = 3) -> dict:
+        """Return the cache's epoch speedup at `rate` (a NETWORK_RATES entry) over `rounds` interleaved rounds.
+
+        {"rate": label, "speedup": Spread (off / on), "ms_per_batch_off", "ms_per_batch_on",
+        "remote_mib_per_batch_off", "remote_mib_per_batch_on", "wait_ms_per_batch_off", "..._on"}.
+        """
+        check_range("rounds", rounds, 1, 50, integer=True)
+        if rate not in self.rates:
+            why = "" if "shaped" in self.clients else f" (links cannot be shaped here: {self.cluster.reason})"
+            raise bad_value("rate", rate, "one of " + ", ".join(map(str, self.rates)) + why)
+        where = "loopback" if rate == "loopback" else "shaped"
+        if where == "shaped":
+            self.cluster.set_rate(rate)
+        seen: dict[str, list] = {"cache_off": [], "cache_on": []}
+        c = interleave({k: self._epoch_fn(st, seen[k]) for k, st in self.stores[where].items()},
+                       rounds=rounds, warmup=1, case=f"cache off / on at {rate_label(rate)}")
+        out = {"rate": rate_label(rate), "speedup": c.spread("cache_off", "cache_on")}
+        for k, tag in (("cache_off", "off"), ("cache_on", "on")):
+            runs = seen[k][1:]  # the warm-up round's epoch is not timed
+            nb = max(1, runs[0][0])
+            out[f"ms_per_batch_{tag}"] = 1e3 * c.median(k) / nb
+            out[f"remote_mib_per_batch_{tag}"] = float(np.median([b / 2**20 / max(1, n) for n, b, _ in runs]))
+            out[f"wait_ms_per_batch_{tag}"] = float(np.median([1e3 * w / max(1, n) for n, _, w in runs]))
+        return out
+
+    def sweep(self, rates=None, rounds: int = 3, progress: Callable[[int], None] | None = None) -> list[dict]:
+        """Return :meth:`measure` at each of `rates` (default: every rate this lab can measure)."""
+        out = []
+        for rate in (self.rates if rates is None else rates):
+            out.append(self.measure(rate, rounds))
+            if progress is not None:
+                progress(1)
+        return out
+
+    def table(self, points: list[dict]) -> ResultTable:
+        rows = [{"link": p["rate"], "epoch speedup, cache on (median [95% interval])": str(p["speedup"]),
+                 "ms per batch, off / on": f"{p['ms_per_batch_off']:.1f} / {p['ms_per_batch_on']:.1f}",
+                 "MiB fetched per batch, off / on":
+                     f"{p['remote_mib_per_batch_off']:.2f} / {p['remote_mib_per_batch_on']:.2f}"}
+                for p in points]
+        return ResultTable(rows, title=f"importance cache, {self.part.num_parts} partitions: epoch time off / on by link")
+
+    def close(self) -> None:
+        """Stop the lab's Dask workers (idempotent)."""
+        from labkit.graph.store import close_cluster
+        for st in (s for d in self.stores.values() for s in d.values()):
+            st.close()
+        self.stores = {}
+        clients, self.clients = self.clients, {}
+        for where, client in clients.items():
+            try:
+                if where == "loopback":
+                    close_cluster(client)
+                else:
+                    client.close()
+            except Exception:  # closing one must not keep the others running
+                pass
+
+    def __enter__(self) -> "NetworkCacheLab":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -17,13 +17,17 @@ from labkit.ui.widgets import slider_plot
 #: `dataset` is the "rmat" dataset profile the partition and training sections load.
 SETTINGS = {
     "lab": dict(dataset="ci", build_scale=18, build_rounds=5, sample_scale=17, sample_rounds=7,
-                cache_scale=16, cache_rounds=5, cache_batches=8, op_rounds=5, epochs=2),
+                cache_scale=16, cache_rounds=5, cache_batches=8, op_rounds=5, epochs=2,
+                net_batches=8, net_rounds=5),
     "ci": dict(dataset="ci", build_scale=14, build_rounds=3, sample_scale=14, sample_rounds=3,
-               cache_scale=12, cache_rounds=3, cache_batches=3, op_rounds=3, epochs=2),
+               cache_scale=12, cache_rounds=3, cache_batches=3, op_rounds=3, epochs=2,
+               net_batches=3, net_rounds=2),
     "small": dict(dataset="small", build_scale=20, build_rounds=5, sample_scale=20, sample_rounds=7,
-                  cache_scale=18, cache_rounds=5, cache_batches=16, op_rounds=5, epochs=3),
+                  cache_scale=18, cache_rounds=5, cache_batches=16, op_rounds=5, epochs=3,
+                  net_batches=8, net_rounds=5),
     "large": dict(dataset="large", build_scale=22, build_rounds=5, sample_scale=22, sample_rounds=7,
-                  cache_scale=20, cache_rounds=5, cache_batches=32, op_rounds=5, epochs=5),
+                  cache_scale=20, cache_rounds=5, cache_batches=32, op_rounds=5, epochs=5,
+                  net_batches=16, net_rounds=3),
 }
 
 #: Cache sizes the explorer offers, as a share of the graph's neighbour-list bytes.
@@ -126,3 +130,58 @@ def cache_explorer(measure: Callable[[float], dict], *, sizes=CACHE_SIZES, value
                                           style={"description_width": "initial"},
                                           layout=W.Layout(width="520px"))}
     return slider_plot(controls, update, fig, title="Which lists to cache: hit rate by plan")
+
+
+def rate_explorer(measure: Callable[[str], dict], rates, *, value=None, points=()):
+    """Return (view, fig, state): a link-rate slider over `measure(rate) -> point` (NetworkCacheLab.measure).
+
+    A point is {"rate": label, "speedup": Spread, "ms_per_batch_off", "ms_per_batch_on", ...}. The
+    left panel shows the epoch time per batch with the cache off and on at the current rate; the
+    right one the speedup (median, bars for the 95% interval) at every rate measured so far, in the
+    slider's order, starting from `points` (e.g. a sweep already run). ``state.result`` is
+    {"current": point, "history": {rate: point}}.
+    """
+    import ipywidgets as W
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    rates = list(rates)
+    if not rates:
+        raise bad_value("rates", rates, "one or more link rates (e.g. NETWORK_RATES)")
+    value = rates[0] if value is None else value
+    if value not in rates:
+        raise bad_value("value", value, "one of rates: " + ", ".join(map(str, rates)))
+    from labkit.graph.experiments import rate_label
+    labels = {r: rate_label(r) for r in rates}
+    order = [labels[r] for r in rates]
+    history: dict[str, dict] = {p["rate"]: p for p in points}
+    base = go.Figure(make_subplots(rows=1, cols=2, subplot_titles=("this link: ms per batch",
+                                                                   "every link tried: epoch speedup")))
+    base.add_trace(go.Bar(x=["cache off", "cache on"], y=[0, 0], name="ms per batch"), row=1, col=1)
+    base.add_trace(go.Scatter(x=[], y=[], mode="markers+lines", name="speedup (cache on)",
+                              error_y=dict(type="data", symmetric=False, array=[], arrayminus=[])), row=1, col=2)
+    base.add_trace(go.Scatter(x=order, y=[1.4] * len(order), mode="lines", name="AliGraph's 1.4x",
+                              line=dict(dash="dot")), row=1, col=2)
+    base.update_layout(height=360, margin=dict(t=70, b=50, l=60, r=20), legend=dict(orientation="h", y=-0.2))
+    base.update_xaxes(categoryorder="array", categoryarray=order, row=1, col=2)
+    base.update_yaxes(title_text="ms per batch", row=1, col=1)
+    base.update_yaxes(title_text="epoch time off / on", row=1, col=2)
+    fig = go.FigureWidget(base)
+
+    def update(fig, v):
+        p = measure(v["rate"])
+        history[p["rate"]] = p
+        fig.data[0].y = [p["ms_per_batch_off"], p["ms_per_batch_on"]]
+        seen = [lab for lab in order if lab in history]
+        sp = [history[lab]["speedup"] for lab in seen]
+        line = fig.data[1]
+        line.x, line.y = seen, [x.median for x in sp]
+        line.error_y.array = [x.hi - x.median for x in sp]
+        line.error_y.arrayminus = [x.median - x.lo for x in sp]
+        fig.layout.title = f"link {p['rate']}: the cache makes an epoch {p['speedup']} as fast"
+        return {"current": p, "history": dict(history)}
+
+    controls = {"rate": W.SelectionSlider(options=[(labels[r], r) for r in rates], value=value,
+                                          description="link rate", style={"description_width": "initial"},
+                                          layout=W.Layout(width="520px"))}
+    return slider_plot(controls, update, fig, title="The importance cache over a shaped network")

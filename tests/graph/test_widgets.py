@@ -78,3 +78,30 @@ def test_partition_explorer_names_a_bad_max_parts(csr):
         partition_explorer(csr, max_parts=0)
     view, fig, state = partition_explorer(csr, max_parts=2)
     assert state.controls["partitions"].value == 2 and len(fig.data[0].x) == 2
+
+
+def test_rate_explorer_measures_each_rate_and_keeps_the_slider_order():
+    from labkit.core.spread import Spread
+    from labkit.ui.graph import rate_explorer
+    asked = []
+
+    def measure(rate):
+        asked.append(rate)
+        sp = {"100mbit": 2.0, "10gbit": 1.1, "loopback": 1.0}[rate]
+        label = {"100mbit": "100 Mbit/s", "10gbit": "10 Gbit/s", "loopback": "loopback"}[rate]
+        return {"rate": label, "speedup": Spread(sp, sp - 0.1, sp + 0.2, 3, "x"),
+                "ms_per_batch_off": 10 * sp, "ms_per_batch_on": 10.0}
+
+    view, fig, state = rate_explorer(measure, ["100mbit", "10gbit", "loopback"])
+    assert asked == ["100mbit"] and list(fig.data[0].y) == [20.0, 10.0]
+    state.controls["rate"].value = "loopback"
+    state.controls["rate"].value = "10gbit"
+    assert asked == ["100mbit", "loopback", "10gbit"]
+    # The speedup panel reads in the slider's order, whatever order the rates were measured in.
+    assert list(fig.data[1].x) == ["100 Mbit/s", "10 Gbit/s", "loopback"]
+    assert list(fig.data[1].y) == [2.0, 1.1, 1.0]
+    assert list(fig.data[1].error_y.array) == pytest.approx([0.2] * 3)
+    assert "10 Gbit/s" in fig.layout.title.text and set(state.result["history"]) == {"100 Mbit/s", "10 Gbit/s",
+                                                                                      "loopback"}
+    with pytest.raises(ValueError, match="value"):
+        rate_explorer(measure, ["10gbit"], value="1gbit")
