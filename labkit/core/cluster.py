@@ -407,7 +407,8 @@ class Cluster:
         _batch("ip", [f"link add name {self.client_ifname} type veth peer name {_CLIENT_PEER} netns {sw}",
                       f"addr add {self.client_addr}/24 dev {self.client_ifname}",
                       f"link set {self.client_ifname} up"])
-        lines = ["link set lo up", f"link add name {_SWITCH_IF} type bridge forward_delay 0", f"link set {_SWITCH_IF} up",
+        lines = ["link set lo up", f"link add name {_SWITCH_IF} type bridge forward_delay 0",
+                 f"link set {_SWITCH_IF} up",
                  f"link set {_CLIENT_PEER} master {_SWITCH_IF}", f"link set {_CLIENT_PEER} up"]
         for h in self.hosts:
             lines += [f"link add name {h.name} type veth peer name {h.ifname} netns {h.netns}",
