@@ -78,6 +78,8 @@ CLAIMS = [
 #: The shaped cluster the recsys.dist_* claims run on: ranks, one host each, and every link's rate
 #: (the claims' text names it), and the micro-batches of the interleaved contender.
 DIST_RANKS, DIST_RATE, DIST_MICRO = 2, "10gbit", 4
+#: The slower rate the interleaved step is also timed at (recsys.dist_interleave_speedup_slow_links).
+DIST_SLOW_RATE = "1gbit"
 DIST_CLAIMS = ("recsys.dist_packing_speedup", "recsys.dist_interleave_speedup", "recsys.vs_torchrec_dmp")
 #: Sizes of the hybrid-parallel case per profile (the ranks' tables are small: the case measures
 #: communication, and the single-machine claims above measure the tables' kernels).
@@ -509,7 +511,7 @@ def dist_case(b: Bench, sz: dict, torchrec: bool, rate: str = DIST_RATE) -> dict
     """Time the hybrid-parallel step on a shaped cluster of :data:`DIST_RANKS` hosts (see the module doc);
     fill the recsys.dist_* claims, or mark them not measured where no shaped cluster can be built.
     Returns the comparison's medians (ms) and link bytes per step by contender ({} when not measured)."""
-    from labkit.core.cluster import can_shape, fmt_rate, start_cluster
+    from labkit.core.cluster import can_shape, fmt_rate, parse_rate, start_cluster
     from labkit.recsys.hybrid import TORCHREC, HybridConfig, HybridError, RankGroup
 
     ok, why = can_shape()
@@ -536,7 +538,7 @@ def dist_case(b: Bench, sz: dict, torchrec: bool, rate: str = DIST_RATE) -> dict
             def contender(n):
                 mode, micro = runs[n]
                 return lambda: losses[n].extend(g.run(n, mode, micro, 1)["losses"])
-            link = fmt_rate(cl.rate_bit_s)
+            link, link_bits = fmt_rate(cl.rate_bit_s), cl.rate_bit_s
             c = b.compare(f"hybrid-parallel Wide & Deep step, {DIST_RANKS} ranks over {link} links, "
                           f"{cfg.fields} fields x {cfg.rows:,} rows, batch {cfg.batch}",
                           {n: contender(n) for n in runs}, repeats=sz["repeats"], warmup=1, work=cfg.batch,
@@ -568,6 +570,14 @@ def dist_case(b: Bench, sz: dict, torchrec: bool, rate: str = DIST_RATE) -> dict
                 sent = sum(after[h][0] - before[h][0] for h in after)
                 out[f"bytes_{n}"] = b.record(f"recsys.dist_link_bytes_per_step_{n.replace('+', '_')}", sent)
             b.release(c)
+            # The same packed step with and without interleaving on slower links (a result, not a claim):
+            # there the all-to-alls are long enough for the overlap to have something to hide.
+            cl.set_rate(DIST_SLOW_RATE)
+            slow = b.compare(f"packed hybrid-parallel step over {fmt_rate(cl.rate_bit_s)} links",
+                             {n: contender(n) for n in ("packed", inter)}, repeats=sz["repeats"], warmup=1)
+            out["interleave_slow"] = slow.spread("packed", inter)
+            b.record("recsys.dist_interleave_speedup_slow_links", out["interleave_slow"].median)
+            b.release(slow)
     except HybridError as exc:
         for cid in DIST_CLAIMS:
             if b.claims[cid].measured is None:
@@ -578,7 +588,7 @@ def dist_case(b: Bench, sz: dict, torchrec: bool, rate: str = DIST_RATE) -> dict
         b.record(f"recsys.dist_step_ms_{n.replace('+', '_')}", v)
     out["ms"] = ms
     # ms the packed step's bytes take on one link (each host sends its share over its own link)
-    wire = out["bytes_packed"] / DIST_RANKS * 8 / cl.rate_bit_s * 1e3
+    wire = out["bytes_packed"] / DIST_RANKS * 8 / link_bits * 1e3
     b.note(f"Hybrid-parallel case: {DIST_RANKS} ranks (one torch thread each), each in its own network namespace "
            f"behind a veth link shaped to {link} (tc tbf, both directions); tables sharded by field "
            f"(round robin), the dense network data parallel (one allreduce per step). Per step the per-field "
@@ -589,9 +599,11 @@ def dist_case(b: Bench, sz: dict, torchrec: bool, rate: str = DIST_RATE) -> dict
            + (f", TorchRec DMP {ms[TORCHREC]:.1f} ms" if torchrec else "") + ".")
     if b.claims["recsys.dist_interleave_speedup"].status not in ("pass", "not measured"):
         b.note(f"The packed step sent {out['bytes_packed'] / 1e6:.2f} MB over the {DIST_RANKS} links, about "
-               f"{wire:.1f} ms of wire time per link at {link} against a {ms['packed']:.1f} ms step: the dense compute interleaving would hide "
-               "the all-to-alls behind is most of the step, and the all-to-alls themselves are short, so there is "
-               "little to overlap; slower links (the notebook's slider) leave more.",
+               f"{wire:.1f} ms of wire time per link at {link} against a {ms['packed']:.1f} ms step: most of the step "
+               "is dense compute and lookups, and the all-to-alls interleaving would hide behind them are short, so "
+               f"there is little to overlap. Over {fmt_rate(parse_rate(DIST_SLOW_RATE))} links, where they take ten "
+               f"times as long, the same interleaving ran {out['interleave_slow']} "
+               "(recsys.dist_interleave_speedup_slow_links; median and 95% interval of the per-round ratios).",
                claim="recsys.dist_interleave_speedup")
     if torchrec:
         b.note("TorchRec's DMP runs the same tables table-wise (its planner places them) with FBGEMM's fused "
