@@ -173,6 +173,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, even i
 from labkit.core.cluster import start_cluster
 cl = start_cluster(2, "1gbit")
 p = cl.popen(1, [sys.executable, "-c", "import time; time.sleep(600)"])
+client = cl.dask_client()  # Dask workers in the namespaces, the scheduler in this process
 print(cl.prefix, p.pid, flush=True)
 time.sleep(600)
 """
@@ -193,6 +194,7 @@ def _gone(pid: int, timeout: float = 60) -> bool:
 
 
 @shaped_only
+@pytest.mark.dask
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "sigkill"])
 def test_a_stopped_driver_leaves_nothing_behind(sig):
     child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -201,6 +203,8 @@ def test_a_stopped_driver_leaves_nothing_behind(sig):
         assert len(line) == 2, child.stderr.read()
         prefix, sleeper = line[0], int(line[1])
         assert prefix.startswith(f"lk{child.pid}c") and ours(prefix)[0]
+        started = [p.pid for p in psutil.Process(child.pid).children(recursive=True)]
+        assert sleeper in started and len(started) >= 3  # the sleeper and two Dask workers at least
         child.send_signal(sig)
         child.wait(timeout=60)
         if sig == signal.SIGKILL:
@@ -208,7 +212,7 @@ def test_a_stopped_driver_leaves_nothing_behind(sig):
             removed = C.sweep_leftovers()  # ...until the next start's sweep
             assert f"{prefix}sw" in removed and prefix in removed
         assert ours(prefix) == ([], [])
-        assert _gone(sleeper)
+        assert all(_gone(pid) for pid in started)
     finally:
         if child.poll() is None:
             child.kill()
