@@ -1,7 +1,8 @@
 """PICASSO widgets and the notebook's helpers: what the "lab" profile means for this notebook; the
 packing headline (per-field vs packed, interleaved rounds, median and interval); technique toggles
 with live throughput, op counts and hit rate; the cache curve; operator counts, same-loss training
-and a watched training run."""
+and a watched training run; and the hybrid-parallel trainer on a shaped cluster (its ranks started,
+per-field vs packed all-to-all measured at a link rate a slider sets, its links on the dashboard)."""
 
 from __future__ import annotations
 
@@ -13,22 +14,26 @@ from labkit.ui.widgets import slider_range
 
 #: What each notebook profile means here: which ``recsys-ctr`` dataset profile the loss check and
 #: the watched run read, the sizes of the packing headline (embedding stage, interleaved `rounds`),
-#: of the technique explorer (`steps` side-by-side steps per change) and of the cache curve, and
-#: how long the watched run trains. "lab" (the notebook's default) is sized so that Run All takes
+#: of the technique explorer (`steps` side-by-side steps per change) and of the cache curve, how
+#: long the watched run trains, and the hybrid-parallel model of the network section (`rounds` per
+#: rate, `watch_s` under the dashboard). "lab" (the notebook's default) is sized so that Run All takes
 #: about a minute on 2 busy cores and packing's speedup stands clear of its interval there.
 SETTINGS = {
     "lab": {"dataset": "ci", "steps": 4, "watch_s": 3.0,
             "headline": {"fields": 50, "rows": 20_000, "batch": 1024, "rounds": 9},
             "explorer": {"fields": 26, "batch": 512, "rows": 5_000, "steps": 7},
-            "cache": {"fields": 26, "rows": 5_000, "batch": 512}},
+            "cache": {"fields": 26, "rows": 5_000, "batch": 512},
+            "network": {"fields": 50, "rows": 2_000, "batch": 512, "rounds": 3, "watch_s": 3.0}},
     "ci": {"dataset": "ci", "steps": 3, "watch_s": 2.0,
            "headline": {"fields": 16, "rows": 2_000, "batch": 256, "rounds": 5},
            "explorer": {"fields": 16, "batch": 256, "rows": 2_000, "steps": 5},
-           "cache": {"fields": 16, "rows": 2_000, "batch": 256}},
+           "cache": {"fields": 16, "rows": 2_000, "batch": 256},
+           "network": {"fields": 16, "rows": 1_000, "batch": 256, "rounds": 3, "watch_s": 2.0}},
     "small": {"dataset": "small", "steps": 8, "watch_s": 10.0,
               "headline": {"fields": 100, "rows": 100_000, "batch": 2048, "rounds": 9},
               "explorer": {"fields": 100, "batch": 1024, "rows": 20_000, "steps": 7},
-              "cache": {"fields": 100, "rows": 100_000, "batch": 2048}},
+              "cache": {"fields": 100, "rows": 100_000, "batch": 2048},
+              "network": {"fields": 100, "rows": 10_000, "batch": 1024, "rounds": 5, "watch_s": 5.0}},
 }
 
 
@@ -451,3 +456,111 @@ def train_watched(specs, batches, seconds: float, *, interval: float = 0.2, show
             steps += 1
         took = time.perf_counter() - t0
     return dash, {"steps": steps, "samples": rate.total, "seconds": took}
+
+
+#: The hybrid-parallel contenders of the network section: name -> (all-to-all mode, micro-batches).
+NETWORK_CONTENDERS = {"per-field": ("per_field", 1), "packed": ("packed", 1), "packed + interleave": ("packed", 4)}
+#: Link rates (Gbit/s) the network section's slider offers.
+NETWORK_RATES = (1, 10, 25)
+
+
+def network_lab(fields: int, rows: int, batch: int, *, ranks: int = 2, rate: str = "10gbit"):
+    """Start a cluster of `ranks` hosts (links shaped to `rate`; loopback where this process may not
+    shape, see ``cluster.reason``) and a hybrid-parallel rank on each, with the
+    :data:`NETWORK_CONTENDERS` built over `fields` fields of `rows` rows and a global batch of `batch`.
+    Returns ``(cluster, group)``; both end when the kernel exits (or call ``group.close()``,
+    ``cluster.close()``)."""
+    from labkit.core.cluster import start_cluster
+    from labkit.recsys.hybrid import HybridConfig, RankGroup
+
+    cfg = HybridConfig(fields=fields, rows=rows, dim=16, batch=batch)
+    check_range("ranks", ranks, 2, 16, integer=True)
+    cl = start_cluster(int(ranks), rate, fallback=True)
+    try:
+        group = RankGroup(int(ranks), cluster=cl, timeout=120)
+        group.setup(cfg, list(NETWORK_CONTENDERS))
+    except BaseException:
+        cl.close()
+        raise
+    return cl, group
+
+
+def network_compare(group, *, rounds: int = 3) -> dict:
+    """Train each of :data:`NETWORK_CONTENDERS` one step at a time, taking turns for `rounds` rounds
+    (one warm-up); return ``{"ms": {name: median ms}, "interval_ms": {name: (lo, hi)}, "packing":
+    Spread of packed over per-field, "interleave": Spread of interleaved over packed}``."""
+    from labkit.core.bench import interleave
+
+    check_range("rounds", rounds, 1, 1_000, integer=True)
+
+    def step(name):
+        mode, micro = NETWORK_CONTENDERS[name]
+        return lambda: group.run(name, mode, micro, 1)
+    comp = interleave({n: step(n) for n in NETWORK_CONTENDERS}, rounds=int(rounds), warmup=1)
+    spans = {n: comp.time_spread(n) for n in NETWORK_CONTENDERS}
+    return {"ms": {n: t.median * 1e3 for n, t in spans.items()},
+            "interval_ms": {n: (t.lo * 1e3, t.hi * 1e3) for n, t in spans.items()},
+            "packing": comp.spread("per-field", "packed"),
+            "interleave": comp.spread("packed", "packed + interleave"), "rounds": int(rounds)}
+
+
+def rate_explorer(cluster, group, *, rates: tuple = NETWORK_RATES, value: int = 10, rounds: int = 3):
+    """Return ``(view, fig, state)``: a slider for the links' rate (Gbit/s) over a bar chart of the
+    hybrid-parallel step time (median, interval as error bars) of each of :data:`NETWORK_CONTENDERS`.
+    Each move reshapes every link (``cluster.set_rate``) and reruns :func:`network_compare`;
+    ``state.result`` holds ``rate_gbit``, ``shaped`` and network_compare's numbers. On a loopback
+    cluster the rate is recorded but not applied (the title says so)."""
+    import ipywidgets as W
+    import plotly.graph_objects as go
+
+    from labkit.core.errors import bad_value
+    from labkit.ui import slider_plot
+
+    rates = tuple(rates)
+    if not rates or value not in rates:
+        raise bad_value("value", value, f"one of the rates {rates}")
+    names = list(NETWORK_CONTENDERS)
+    controls = {"link Gbit/s": W.SelectionSlider(options=list(rates), value=value, style={"description_width": "initial"})}
+    fig = go.FigureWidget(data=[go.Bar(x=names, y=[0.0] * len(names), marker_color=[BASELINE_COLOR, "#1f77b4", "#2ca02c"],
+                                       texttemplate="%{y:.3s} ms", textposition="auto")])
+    fig.update_layout(height=340, yaxis_title="ms per training step", margin=dict(t=80, l=60, r=20, b=50),
+                      title_font_size=14)
+
+    def update(fig, values) -> dict:
+        gbit = values["link Gbit/s"]
+        cluster.set_rate(f"{gbit}gbit")
+        res = network_compare(group, rounds=rounds)
+        ms = [res["ms"][n] for n in names]
+        fig.data[0].y = ms
+        fig.data[0].error_y = dict(type="data", symmetric=False,
+                                   array=[res["interval_ms"][n][1] - res["ms"][n] for n in names],
+                                   arrayminus=[res["ms"][n] - res["interval_ms"][n][0] for n in names])
+        where = f"{gbit} Gbit/s links" if cluster.shaped else f"loopback, rate not applied ({cluster.reason})"
+        fig.layout.title = (f"{where}: packing {res['packing']} over per-field, interleaving {res['interleave']} "
+                            f"over packed<br><sup>median and 95% interval of {res['rounds']} side-by-side steps</sup>")
+        return {"rate_gbit": gbit, "shaped": bool(cluster.shaped), **res}
+
+    view, fig, state = slider_plot(controls, update, fig, title="Hybrid-parallel step against link rate")
+    keep_synced(fig, controls)
+    return view, fig, state
+
+
+def watch_network(cluster, group, seconds: float, *, show=None, interval: float = 0.2, name: str = "packed"):
+    """Train contender `name` of the group for `seconds` under a dashboard whose extra series are the
+    cluster's links (Gbit/s each way, :func:`labkit.ui.network.link_probes`). `show(view)` is called
+    with the dashboard's view first. Returns ``(dashboard, {"steps", "seconds"})``."""
+    from labkit.ui.dashboard import Dashboard
+    from labkit.ui.network import link_probes
+
+    check_range("seconds", seconds, 0, lo_open=True)
+    mode, micro = NETWORK_CONTENDERS[check_choice("name", name, tuple(NETWORK_CONTENDERS))]
+    steps = 0
+    with Dashboard(interval=interval, extra=link_probes(cluster), extra_unit="Gbit/s") as dash:
+        if show is not None:
+            show(dash.view)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            group.run(name, mode, micro, 1)
+            steps += 1
+        took = time.perf_counter() - t0
+    return dash, {"steps": steps, "seconds": took}

@@ -31,3 +31,10 @@ def test_picasso_notebook_records_metrics():
     # The watched run trains for seconds under the dashboard. How many steps fit in them depends on
     # the machine's load, so the counts only need to show that each ran.
     assert m["dashboard_samples"] >= 1 and m["watched_steps"] >= 1
+    # On a network: the hybrid-parallel ranks trained under the dashboard, with one series per link
+    # direction where the links are shaped, and the slider's last rate measured all three trainers.
+    assert m["net_watched_steps"] >= 1 and m["net_dashboard_samples"] >= 1
+    assert m["net_link_series"] >= (1 if m["net_shaped"] else 0)
+    assert m["net_rate_gbit"] == 1 and m["net_rounds"] >= 3 and m["net_explorer_updates"] >= 2
+    for k in ("net_packing_speedup", "net_interleave_speedup"):
+        assert 0 < m[f"{k}_lo"] <= m[k] <= m[f"{k}_hi"], k
