@@ -123,9 +123,11 @@ def _batch(tool: str, lines: Sequence[str], netns: str | None = None, *, force: 
 
 
 def _tbf(dev: str, bits: int, verb: str = "add") -> str:
-    # Burst: a millisecond of traffic, at least two 64 KiB GSO packets, so one timer tick never
-    # starves the link at 10 Gbit/s and a TSO packet is not split at low rates.
-    burst = max(2 * 65536, bits // 8 // 1000)
+    # Burst: a millisecond of traffic (so the shaper's timer keeps up at 10 Gbit/s), at least two
+    # full-size frames. Not more at low rates: a bucket of 128 KiB let a 10 Mbit/s link pass a small
+    # fetch at memory speed after each idle gap. tbf cuts GSO packets larger than the burst into
+    # frames itself, so none is dropped.
+    burst = max(2 * 1514, bits // 8 // 1000)
     return f"qdisc {verb} dev {dev} root tbf rate {bits}bit burst {burst} latency 20ms"
 
 
