@@ -18,9 +18,10 @@ contiguous share of the samples (its reader's output):
 trainer that loops over its features issues); ``mode="packed"`` packs every field into one
 all-to-all per exchange (PICASSO's data packing). Both issue their all-to-alls asynchronously and
 use the same lookup and update kernels, so the two modes differ only in how the bytes are
-grouped into messages. ``interleave=m`` splits each rank's samples into `m` micro-batches: their
-output dists are all posted at once and each micro-batch's gradient is sent back as soon as its
-dense backward ends, so one micro-batch's all-to-all overlaps another's dense compute. Every mode
+grouped into messages. ``interleave=m`` splits each rank's samples into `m` micro-batches: the
+next micro-batch's output dist is posted as soon as this one's rows have arrived, and each
+micro-batch's gradient is sent back as soon as its dense backward ends, so one micro-batch's
+all-to-all overlaps another's dense compute. Every mode
 trains the model single-process training trains on the same data (:func:`reference_losses`), up
 to float rounding.
 
@@ -543,7 +544,8 @@ class RankGroup:
                         "--threads", str(self.threads)]
                 err = tempfile.TemporaryFile()
                 self._errs.append(err)
-                kw = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env)
+                # Its own session: a Ctrl-C at the terminal reaches the driver alone, which then ends the ranks.
+                kw = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env, start_new_session=True)
                 p = cluster.popen(r, argv, **kw) if cluster is not None else subprocess.Popen(argv, **kw)
                 self.procs.append(p)
                 self._bufs.append(b"")
