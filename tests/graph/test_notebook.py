@@ -43,3 +43,17 @@ def test_notebook_runs_at_lab_and_shows_the_effects():
     assert m["gsl_shapes"] == [[64], [64, 10], [640, 5]]
     assert m["accuracy"] > 0.6  # 16 classes, chance 0.0625
     assert m["train_batches"] > 0 and m["dashboard_samples"] >= 1
+    # On a network: every rate the lab can measure has a speedup with its interval, and the cache fetched
+    # fewer bytes at each; with the privilege, 4 shaped hosts and one live link series per host.
+    from labkit.core.cluster import can_shape
+    from labkit.graph.experiments import NETWORK_RATES, rate_label
+    shaped = can_shape()[0]
+    assert m["net_shaped"] is shaped
+    assert m["net_rates"] == ([rate_label(r) for r in NETWORK_RATES] if shaped else ["loopback"])
+    for rate, (med, lo, hi) in m["net_points"].items():
+        assert 0 < lo <= med <= hi, rate
+        off, on = m["net_mib_per_batch"][rate]
+        assert 0 <= on < off, rate
+    assert m["net_dashboard_samples"] >= 1
+    if shaped:
+        assert len(m["net_dashboard_series"]) == 4
