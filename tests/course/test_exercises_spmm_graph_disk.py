@@ -1,0 +1,143 @@
+"""The Flash-LLM, AliGraph and CaliEX exercises: reference solutions pass, blanks and wrong answers fail.
+
+Every exercise's reference body (stub + solution, as the source notebook holds it) must pass every
+case; a blank (raising NotImplementedError, as the student release does) must fail every case
+without the check itself raising; each deliberately wrong implementation below must be caught by
+the case named beside it; and the measurement must run with the reference and return finite figures.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from labkit.course.exercise import Case, exercises, get
+
+SYSTEMS = ("spmm", "graph", "disk")
+
+
+def _ours():
+    return [e for s in SYSTEMS for e in exercises(s)]
+
+
+def _reference(ex):
+    ns: dict = {}
+    exec(compile(ex.stub + "    ### BEGIN SOLUTION\n" + ex.solution + "    ### END SOLUTION\n",
+                 f"<{ex.id}>", "exec"), ns)
+    return ns[ex.func]
+
+
+def _from_source(ex, body: str):
+    """A candidate with the exercise's stub and another body (a wrong answer)."""
+    ns: dict = {}
+    exec(compile(ex.stub + body, f"<wrong {ex.id}>", "exec"), ns)
+    return ns[ex.func]
+
+
+def test_at_least_three_exercises_per_system():
+    for s in SYSTEMS:
+        exs = exercises(s)
+        assert len(exs) >= 3, s
+        for e in exs:
+            assert e.id.startswith(s + ".") and e.reference and e.goal and e.forbid
+            # A submission may not import the module its answer is checked against.
+            assert any(e.reference.split(":")[0].startswith(f) for f in e.forbid), (e.id, e.forbid)
+            assert "### BEGIN SOLUTION" not in e.stub and e.solution.startswith("    ")
+
+
+@pytest.mark.parametrize("ex_id", [e.id for e in _ours()])
+def test_reference_passes_every_case(ex_id):
+    ex = get(ex_id)
+    cases = list(ex.check(_reference(ex)))
+    assert len(cases) >= 5
+    assert all(isinstance(c, Case) for c in cases)
+    assert len({c.name for c in cases}) == len(cases), "case names must be distinct"
+    failed = [c for c in cases if not c.passed]
+    assert not failed, failed
+
+
+@pytest.mark.parametrize("ex_id", [e.id for e in _ours()])
+def test_blank_fails_every_case_without_raising(ex_id):
+    ex = get(ex_id)
+    blank = _from_source(ex, "    raise NotImplementedError()\n")
+    cases = list(ex.check(blank))
+    assert cases and not any(c.passed for c in cases)
+    assert all("NotImplementedError" in c.detail for c in cases)
+
+
+@pytest.mark.parametrize("ex_id", [e.id for e in _ours()])
+def test_measure_runs_with_the_reference(ex_id):
+    ex = get(ex_id)
+    m = ex.measure(_reference(ex))
+    assert "student_s" in m and "reference_s" in m
+    nums = {k: v for k, v in m.items() if isinstance(v, (int, float, np.number)) and not isinstance(v, bool)}
+    assert nums and all(math.isfinite(float(v)) for v in nums.values()), m
+
+
+# --- deliberately wrong answers, each caught by a named case -------------------------------------
+
+WRONG = {
+    "spmm.encode_tile": [
+        ("no padding", '''    bits = np.asarray(bits, np.uint16)
+    rows, cols = bits.shape
+    col_bits = (cols - 1).bit_length()
+    r, c = np.nonzero(bits & 0x7FFF)
+    words = (bits[r, c].astype(np.uint32) << 16) | (r.astype(np.uint32) << col_bits) | c.astype(np.uint32)
+    return words, np.bincount(r, minlength=rows).astype(np.uint16)
+''', "one non-zero per row (padding words)"),
+        ("-0.0 kept", '''    bits = np.asarray(bits, np.uint16)
+    rows, cols = bits.shape
+    col_bits = (cols - 1).bit_length()
+    runs, row_nnz = [], np.zeros(rows, np.uint16)
+    for r in range(rows):
+        c = np.flatnonzero(bits[r])
+        padded = -(-c.size // pad) * pad
+        run = np.full(padded, r << col_bits, np.uint32)
+        run[:c.size] = (bits[r, c].astype(np.uint32) << 16) | np.uint32(r << col_bits) | c.astype(np.uint32)
+        runs.append(run)
+        row_nnz[r] = padded
+    return np.concatenate(runs), row_nnz
+''', "-0.0 is a zero"),
+    ],
+    "spmm.tile_dot": [
+        ("eight column bits hard-coded", '''    words = np.asarray(words, np.uint32)
+    vals = (words & np.uint32(0xFFFF0000)).view(np.float32)
+    cols = (words & np.uint32(0xFF)).astype(np.int64)
+    rows = np.repeat(np.arange(len(row_nnz)), np.asarray(row_nnz, np.int64))
+    return np.bincount(rows, weights=vals * x[cols], minlength=len(row_nnz)).astype(np.float32)
+''', "tile width not a power of two"),
+        ("value read as an integer", '''    words = np.asarray(words, np.uint32)
+    vals = (words >> 16).astype(np.float32)
+    cols = (words & np.uint32((1 << col_bits) - 1)).astype(np.int64)
+    rows = np.repeat(np.arange(len(row_nnz)), np.asarray(row_nnz, np.int64))
+    return np.bincount(rows, weights=vals * x[cols], minlength=len(row_nnz)).astype(np.float32)
+''', "values decode from the high 16 bits"),
+    ],
+    "spmm.nbytes": [
+        ("padding forgotten", '''    bits = np.asarray(bits, np.uint16)
+    m, k = bits.shape
+    tiles = -(-m // tile[0]) * -(-k // tile[1])
+    return 4 * int(np.count_nonzero(bits & 0x7FFF)) + 8 * (tiles + 1) + 2 * tiles * tile[0]
+''', "rows padded to a multiple of pad"),
+    ],
+}
+
+
+def _wrong_params():
+    return [pytest.param(i, label, body, case, id=f"{i}-{label}")
+            for i, wrongs in WRONG.items() for label, body, case in wrongs]
+
+
+@pytest.mark.parametrize("ex_id,label,body,case", _wrong_params())
+def test_wrong_answer_is_caught_by_its_case(ex_id, label, body, case):
+    ex = get(ex_id)
+    cases = {c.name: c for c in ex.check(_from_source(ex, body))}
+    assert case in cases, f"no case named {case!r}; cases: {list(cases)}"
+    assert not cases[case].passed, f"{label}: case {case!r} passed"
+    assert cases[case].detail
+
+
+def test_every_exercise_has_a_wrong_answer():
+    assert {e.id for e in _ours()} <= set(WRONG)
