@@ -122,6 +122,68 @@ WRONG = {
     return 4 * int(np.count_nonzero(bits & 0x7FFF)) + 8 * (tiles + 1) + 2 * tiles * tile[0]
 ''', "rows padded to a multiple of pad"),
     ],
+    "graph.importance": [
+        ("sinks divided by one", '''    d_out = np.bincount(src, minlength=num_nodes)
+    d_in = np.bincount(dst, minlength=num_nodes)
+    return d_in / np.maximum(d_out, 1)
+''', "sinks (no out-edges) score inf"),
+        ("0/0 left as nan", '''    d_out = np.bincount(src, minlength=num_nodes).astype(float)
+    d_in = np.bincount(dst, minlength=num_nodes).astype(float)
+    with np.errstate(all="ignore"):
+        return d_in / d_out
+''', "degree-0 vertices score 0"),
+    ],
+    "graph.cache_plan": [
+        ("skips a list that does not fit", '''    deg = np.asarray(out_degree, np.int64)
+    cand = np.flatnonzero(deg > 0)
+    order = cand[np.argsort(-np.asarray(imp, float)[cand], kind="stable")]
+    out, used = [], 0
+    for v in order:
+        if used + 4 * deg[v] + 8 <= budget_bytes:
+            out.append(v)
+            used += 4 * deg[v] + 8
+    return np.array(out, np.int64)
+''', "stops at the first list that does not fit"),
+        ("caches empty lists", '''    deg = np.asarray(out_degree, np.int64)
+    order = np.argsort(-np.asarray(imp, float), kind="stable")
+    k = int(np.searchsorted(np.cumsum(deg[order] * 4 + 8), budget_bytes, side="right"))
+    return order[:k]
+''', "degree-0 vertices are never cached"),
+    ],
+    "graph.sample_k": [
+        ("a random window (uniform marginals, not subsets)", '''    if k >= n:
+        return np.arange(n)
+    return (int(rng.integers(0, n)) + np.arange(k)) % n
+''', "every k-subset equally likely"),
+        ("with replacement", '''    if k >= n:
+        return np.arange(n)
+    return rng.integers(0, n, k)
+''', "distinct positions in range"),
+        ("shuffles the whole list", '''    return rng.permutation(n)[:k]
+''', "huge n (O(k): no range(n))"),
+        ("global random state", '''    if k >= n:
+        return np.arange(n)
+    out = set()
+    while len(out) < k:
+        out.add(int(np.random.randint(0, n)))
+    return np.array(sorted(out))
+''', "draws only from rng (same seed, same sample)"),
+    ],
+    "graph.build_csr": [
+        ("duplicates kept", '''    order = np.lexsort((dst, src))
+    indptr = np.zeros(num_nodes + 1, np.int64)
+    np.cumsum(np.bincount(src, minlength=num_nodes), out=indptr[1:])
+    return indptr, np.asarray(dst)[order]
+''', "duplicate edges kept once"),
+        ("rows in input order", '''    seen, rows = set(), [[] for _ in range(num_nodes)]
+    for s, d in zip(src.tolist(), dst.tolist()):
+        if (s, d) not in seen:
+            seen.add((s, d))
+            rows[s].append(d)
+    indptr = np.cumsum([0] + [len(r) for r in rows])
+    return indptr, np.array([d for r in rows for d in r], np.int64)
+''', "rows sorted by neighbour id"),
+    ],
 }
 
 
