@@ -1,4 +1,4 @@
-"""The `labkit` command: doctor, lab, data, bench, reproduce.
+"""The `labkit` command: doctor, lab, data, bench, reproduce, course.
 
 Modules: :mod:`~labkit.cli.parsing` (arguments, help, one-line errors), :mod:`~labkit.cli.commands`
 (what each command does), :mod:`~labkit.cli.outputs` (--json and --record paths),

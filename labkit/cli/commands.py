@@ -1,4 +1,4 @@
-"""What each `labkit` command does: doctor, lab, data, bench and reproduce (each bench in a fresh process)."""
+"""What each `labkit` command does: doctor, lab, data, bench, reproduce (each bench in a fresh process), course."""
 
 from __future__ import annotations
 
@@ -257,6 +257,55 @@ def _lab(args: argparse.Namespace) -> int:
     return 0  # pragma: no cover
 
 
+def _course(args: argparse.Namespace) -> int:
+    from labkit.course import grade, notebooks
+    if args.course_cmd == "list":
+        exs = notebooks.load_exercises()
+        if not exs:
+            print("no exercises registered yet")
+        for system in notebooks.systems():
+            mine = [e for e in exs if e.system == system]
+            print(f"{system} ({notebooks.notebook_name(system)}): {len(mine)} exercises, "
+                  f"{sum(e.minutes for e in mine)} minutes")
+            for e in mine:
+                print(f"  {e.id:<32} {e.minutes:>3} min  {e.points} pt  {e.title}")
+        return 0
+    if args.course_cmd == "build":
+        if args.sources:
+            paths = notebooks.build_sources()
+            print(f"rendered {len(paths)} source notebooks into {notebooks.SOURCES}")
+        else:
+            paths = notebooks.build_release(args.out, force=args.force)
+            print(f"released {len(paths)} student notebooks into {Path(args.out)}")
+        for p in paths:
+            print(f"  {p.name}")
+        return 0
+    if args.course_cmd == "check":
+        results = grade.grade_notebook(args.notebook, timeout=args.timeout, jobs=args.jobs)
+        print(grade.score_table(results))
+        return 0
+    folder = Path(args.folder)
+    if not folder.is_dir():
+        raise LabkitError(f"folder={args.folder!r} is not accepted; expected a folder of submitted notebooks")
+    out = Path(args.csv or "grades.csv")
+    if out.exists() and not args.force:
+        raise LabkitError(f"--csv={str(out)!r} is not accepted; the file exists (pass --force to replace it)")
+    if out.is_dir() or not (out.parent if str(out.parent) else Path(".")).is_dir():
+        raise LabkitError(f"--csv={str(out)!r} is not accepted; expected a file in an existing folder")
+    # every notebook below FOLDER, but not Jupyter's checkpoints or other hidden folders
+    paths = sorted(p for p in folder.rglob("*.ipynb") if not any(x.startswith(".") for x in p.relative_to(folder).parts))
+    if not paths:
+        raise LabkitError(f"folder={args.folder!r} is not accepted; it holds no .ipynb notebook")
+    graded = grade.grade_notebooks(paths, timeout=args.timeout, jobs=args.jobs)
+    for path, res in graded:
+        print(f"{path.relative_to(folder)}:")
+        print("  refused: " + res if isinstance(res, str) else "\n".join("  " + ln for ln in grade.score_table(res).splitlines()))
+    rows = grade.csv_rows(graded, folder)
+    grade.write_csv(rows, out)
+    print(f"{len(paths)} notebooks, {len(rows)} rows in {out}")
+    return 0
+
+
 def run_command(args: argparse.Namespace) -> int:
     try:
         if args.cmd == "doctor":
@@ -270,6 +319,8 @@ def run_command(args: argparse.Namespace) -> int:
             return _bench(args)
         if args.cmd == "reproduce":
             return _reproduce(args)
+        if args.cmd == "course":
+            return _course(args)
     except (LabkitError, ValueError, KeyError) as exc:
         if os.environ.get("LABKIT_DEBUG"):
             raise

@@ -19,6 +19,8 @@ EPILOG = """examples:
   labkit bench spmm --profile small --record write the tables into BENCHMARKS.md
   labkit reproduce --profile ci              every system's claims in one table
   labkit lab                                 start JupyterLab at the tour notebook
+  labkit course build --out release          student exercise notebooks (solutions stripped)
+  labkit course grade submissions --csv grades.csv   grade a class's notebooks
 
 Each command has its own help: labkit COMMAND --help. Profiles default to ci.
 exit status: 0 done; 1 doctor found a required item missing, or a bench itself failed;
@@ -200,4 +202,82 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--in-process", dest="isolate", action="store_false",
                    help="run every bench in this process (default: each in a fresh process, as "
                         "`labkit bench SYSTEM` would run it)")
+    _course(command)
     return p
+
+
+def _seconds(text: str) -> float:
+    """argparse type for --timeout: seconds > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not accepted; expected seconds > 0")
+    return v
+
+
+def _jobs(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not accepted; expected an integer >= 1")
+    return v
+
+
+def _course(command) -> None:
+    c = command("course", "exercise notebooks: build the student release, check or grade submissions",
+                "Graded exercises for every lab. `build` writes the student notebooks (nbgrader's "
+                "ClearSolutions over the source notebooks in notebooks/course/); `check` grades one "
+                "submission and prints a score table; `grade` grades every notebook in a folder and "
+                "writes a CSV; `list` shows the exercises. Each exercise cell runs alone in a fresh "
+                "process with a time limit; a cell that raises, loops, is missing or imports the "
+                "reference scores 0 with a reason. Exit 0, or 2 with one line on stderr.",
+                "  labkit course list\n  labkit course build --out release\n"
+                "  labkit course check release/01_spmm_exercises.ipynb\n"
+                "  labkit course grade submissions --csv grades.csv\n")
+    csub = c.add_subparsers(dest="course_cmd", metavar="ACTION", parser_class=Parser)
+    csub.required = True
+    command("list", "every exercise: id, title, minutes, points",
+            "Print every registered exercise by system: its id, title, expected minutes and points. Exit 0.",
+            "  labkit course list\n", parent=csub)
+    b = command("build", "write the student notebooks into a folder (atomic)",
+                "Release the student notebooks (solutions replaced by `raise NotImplementedError()`, outputs "
+                "cleared) into a folder, written beside it and renamed into place; an existing non-empty "
+                "folder is refused unless --force. With --sources, re-render the source notebooks "
+                "(solutions in place) in notebooks/course/ from the exercise registry instead.",
+                "  labkit course build --out release\n  labkit course build --out release --force\n"
+                "  labkit course build --sources\n", parent=csub)
+    b.add_argument("--out", default="release", metavar="DIR", help="folder for the student notebooks "
+                   "(default ./release)")
+    b.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
+    b.add_argument("--sources", action="store_true", help="re-render notebooks/course/*.ipynb (for instructors "
+                   "after changing an exercise)")
+
+    def grading(p) -> None:
+        p.add_argument("--timeout", type=_seconds, default=30.0, metavar="S",
+                       help="time limit per exercise in seconds (default 30)")
+        p.add_argument("--jobs", type=_jobs, default=2, metavar="N",
+                       help="exercises graded at once, each in its own process (default 2)")
+
+    ch = command("check", "grade one submission and print a score table",
+                 "Grade one exercise notebook as the instructor will: each exercise cell in a fresh process "
+                 "with a time limit. Prints exercise, score and the failing cases (or why it scored 0). "
+                 "A notebook that is not a release of these exercises is refused (exit 2).",
+                 "  labkit course check release/01_spmm_exercises.ipynb\n", parent=csub)
+    ch.add_argument("notebook", help="an exercise notebook released by `labkit course build`")
+    grading(ch)
+    g = command("grade", "grade every notebook in a folder and write a CSV",
+                "Grade every *.ipynb in FOLDER (subfolders too: one per student is fine): one CSV row per "
+                "submission and exercise (score, points, cases passed, failing cases, reason). A notebook "
+                "that is not ours gets one row with the reason; the others are still graded. The CSV is "
+                "written atomically; an existing file is replaced only with --force. The table per "
+                "submission goes to stdout.",
+                "  labkit course grade submissions --csv grades.csv\n"
+                "  labkit course grade submissions --timeout 60 --jobs 1\n", parent=csub)
+    g.add_argument("folder", help="folder of submitted notebooks")
+    g.add_argument("--csv", metavar="FILE", help="write the grades here (default ./grades.csv)")
+    g.add_argument("--force", action="store_true", help="replace an existing --csv file")
+    grading(g)

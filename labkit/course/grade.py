@@ -29,8 +29,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import nbformat
-
 from labkit.core.errors import LabkitError
 from labkit.course.exercise import Case
 from labkit.course.feedback import Result
@@ -51,6 +49,8 @@ class Submission:
 
 def read_submission(path: Path | str) -> Submission:
     """Read notebook `path`; refuse (LabkitError, one line) one that is not a release of our exercises."""
+    import nbformat  # here, not at the top: the graded child process never needs it (and it costs a second)
+
     from labkit.course.notebooks import load_exercises, release_id, systems
     path = Path(path)
     try:
@@ -378,16 +378,20 @@ def score_table(results: list[Result]) -> str:
 CSV_FIELDS = ("submission", "exercise", "score", "points", "passed", "cases", "failing", "reason")
 
 
-def csv_rows(graded: list[tuple[Path, list[Result] | str]]) -> list[dict]:
-    """One row per submission x exercise; a refused notebook is one row with exercise '-' and the reason."""
+def csv_rows(graded: list[tuple[Path, list[Result] | str]], folder: Path | None = None) -> list[dict]:
+    """One row per submission x exercise; a refused notebook is one row with exercise '-' and the reason.
+
+    `submission` is the path relative to `folder` (one folder per student keeps names apart).
+    """
     rows = []
     for path, res in graded:
+        name = str(path.relative_to(folder)) if folder is not None else path.name
         if isinstance(res, str):
-            rows.append(dict(submission=path.name, exercise="-", score=0, points=0, passed=0, cases=0,
+            rows.append(dict(submission=name, exercise="-", score=0, points=0, passed=0, cases=0,
                              failing="", reason=res))
             continue
         for r in res:
-            rows.append(dict(submission=path.name, exercise=r.exercise, score=r.score, points=r.points,
+            rows.append(dict(submission=name, exercise=r.exercise, score=r.score, points=r.points,
                              passed=sum(c.passed for c in r.cases), cases=len(r.cases),
                              failing="; ".join(c.name for c in r.failing), reason=r.reason))
     return rows

@@ -22,8 +22,7 @@ import shutil
 import tempfile
 from importlib import import_module
 from pathlib import Path
-
-import nbformat
+from typing import TYPE_CHECKING
 
 from labkit.core.errors import LabkitError
 
@@ -31,6 +30,9 @@ from labkit.core.errors import LabkitError
 SOURCES = Path(__file__).resolve().parents[2] / "notebooks" / "course"
 #: Environment variable: comma-separated modules that register more exercises (a course's own).
 MODULES_ENV = "LABKIT_COURSE_MODULES"
+
+if TYPE_CHECKING:
+    import nbformat
 
 BEGIN, END = "    ### BEGIN SOLUTION\n", "    ### END SOLUTION\n"
 
@@ -109,8 +111,9 @@ same grading yourself with `labkit course check {name}`.
 """
 
 
-def render_source(system: str) -> nbformat.NotebookNode:
+def render_source(system: str) -> "nbformat.NotebookNode":
     """The source notebook (reference solutions in place) of `system`'s exercises."""
+    import nbformat
     from labkit.catalog import CATALOG
     v4 = nbformat.v4
     exs = _exercises_of(system)
@@ -144,7 +147,7 @@ def render_source(system: str) -> nbformat.NotebookNode:
     return nb
 
 
-def release(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+def release(nb: "nbformat.NotebookNode") -> "nbformat.NotebookNode":
     """The student version of source notebook `nb`: nbgrader's ClearSolutions, then ClearOutput."""
     from nbgrader.preprocessors import ClearOutput, ClearSolutions
     out = copy.deepcopy(nb)
@@ -154,11 +157,12 @@ def release(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return out
 
 
-def _write_folder(out: Path, notebooks: dict[str, nbformat.NotebookNode], force: bool, what: str) -> Path:
+def _write_folder(out: Path, notebooks: dict[str, "nbformat.NotebookNode"], force: bool, what: str) -> Path:
     """Write `notebooks` into folder `out` atomically: a temporary sibling, renamed into place.
 
     An existing non-empty folder is replaced only with `force` (the old one is removed after the swap).
     """
+    import nbformat
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise LabkitError(f"{what}={str(out)!r} is not accepted; it is a file, expected a folder")
