@@ -184,6 +184,74 @@ WRONG = {
     return indptr, np.array([d for r in rows for d in r], np.int64)
 ''', "rows sorted by neighbour id"),
     ],
+    "disk.belady_misses": [
+        ("least recently used", '''    from collections import OrderedDict
+    held, misses = OrderedDict(), 0
+    for b in batches:
+        for v in np.asarray(b).tolist():
+            if v in held:
+                held.move_to_end(v)
+            else:
+                misses += 1
+                held[v] = True
+                if len(held) > capacity:
+                    held.popitem(last=False)
+    return misses
+''', "evicts the row needed latest (LRU would not)"),
+        ("keeps the first rows it sees", '''    held, misses = set(), 0
+    for b in batches:
+        for v in np.asarray(b).tolist():
+            if v not in held:
+                misses += 1
+                if len(held) < capacity:
+                    held.add(v)
+    return misses
+''', "a fresh row can displace a held one"),
+    ],
+    "disk.best_split": [
+        ("strict argmin", '''    if not curve:
+        raise ValueError("empty")
+    return min(curve, key=lambda p: p["total"])["f"]
+''', "flat curve: least disk and CPU wins"),
+        ("larger f on ties", '''    if not curve:
+        raise ValueError("empty")
+    lowest = min(p["total"] for p in curve)
+    near = [p for p in curve if p["total"] <= lowest * (1 + tolerance)]
+    return min(near, key=lambda p: (p["sample"] + p["gather"] + p["cpu_other"], -p["f"]))["f"]
+''', "ties on everything: smaller f wins"),
+    ],
+    "disk.plan_reads": [
+        ("a hole of gap_pages splits the read", '''    pages = np.unique(np.asarray(pages, np.int64)).tolist()
+    firsts, counts = [], []
+    for p in pages:
+        if firsts and p - (firsts[-1] + counts[-1]) < gap_pages and p - firsts[-1] + 1 <= max_run_pages:
+            counts[-1] = p - firsts[-1] + 1
+        else:
+            firsts.append(p)
+            counts.append(1)
+    return np.array(firsts, np.int64), np.array(counts, np.int64)
+''', "a hole of exactly gap_pages is read through"),
+        ("no cap on a request", '''    pages = np.unique(np.asarray(pages, np.int64)).tolist()
+    firsts, counts = [], []
+    for p in pages:
+        if firsts and p - (firsts[-1] + counts[-1]) <= gap_pages:
+            counts[-1] = p - firsts[-1] + 1
+        else:
+            firsts.append(p)
+            counts.append(1)
+    return np.array(firsts, np.int64), np.array(counts, np.int64)
+''', "requests capped at max_run_pages"),
+        ("pages left in input order", '''    pages = list(dict.fromkeys(np.asarray(pages, np.int64).tolist()))
+    firsts, counts = [], []
+    for p in pages:
+        if firsts and 0 <= p - (firsts[-1] + counts[-1]) <= gap_pages and p - firsts[-1] + 1 <= max_run_pages:
+            counts[-1] = p - firsts[-1] + 1
+        else:
+            firsts.append(p)
+            counts.append(1)
+    return np.array(firsts, np.int64), np.array(counts, np.int64)
+''', "unsorted pages"),
+    ],
 }
 
 
