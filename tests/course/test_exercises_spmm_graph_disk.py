@@ -68,6 +68,18 @@ def test_blank_fails_every_case_without_raising(ex_id):
 
 
 @pytest.mark.parametrize("ex_id", [e.id for e in _ours()])
+def test_docstring_example_holds(ex_id):
+    import doctest
+    ex = get(ex_id)
+    fn = _reference(ex)
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    for t in doctest.DocTestFinder().find(fn, ex.func, globs=dict(fn.__globals__)):
+        runner.run(t)
+    assert runner.summarize(verbose=False).attempted > 0
+    assert runner.summarize(verbose=False).failed == 0
+
+
+@pytest.mark.parametrize("ex_id", [e.id for e in _ours()])
 def test_measure_runs_with_the_reference(ex_id):
     ex = get(ex_id)
     m = ex.measure(_reference(ex))

@@ -44,7 +44,7 @@ def importance(src, dst, num_nodes):
     the importance is inf; where D_in(v) = 0 it is 0.
 
     >>> importance(np.array([0, 0, 1]), np.array([1, 2, 2]), 4)
-    array([0. , 1. , inf, 0. ])
+    array([ 0.,  1., inf,  0.])
     """
 '''
 
