@@ -6,7 +6,8 @@ every code cell has run, failing at once with the text of the first error output
 each slider on the page one step with the keyboard (as a student would) and checks that a plotly
 figure's data changed, and that no figure on the page is blank. On failure a full-page screenshot
 goes to ``$LABKIT_ARTIFACTS`` (default ``build/artifacts/browser/``, ignored by git) and its path is
-in the failure message.
+in the failure message. A released course notebook (`labkit course build`) is opened too: its first
+exercise's check cell reports 0, then full marks once the exercise cell holds the solution.
 """
 
 from __future__ import annotations
@@ -349,6 +350,74 @@ def test_notebook_runs_in_jupyterlab_and_every_slider_redraws(path, jupyter_lab,
     finally:
         page.close()
         try:  # free the kernel's memory before the next notebook
+            for s in _api(base, token, "/api/sessions") or []:
+                _api(base, token, f"/api/sessions/{s['id']}", "DELETE")
+        except OSError:
+            pass
+
+
+def _cell_text(page, index: int) -> str:
+    """The output text of the notebook's cell `index` (markdown cells count)."""
+    out = page.locator(f"{PANEL} .jp-Notebook .jp-Cell").nth(index).locator(".jp-OutputArea-output")
+    return "\n".join(out.nth(i).inner_text() for i in range(out.count()))
+
+
+def test_course_exercise_scores_after_the_student_fills_it_in(jupyter_lab, browser):
+    """A released student notebook (`labkit course build`) in JupyterLab: after Run All the first
+    exercise's check cell reports 0 (not done yet); once its cell holds the solution (pasted, as a
+    student would) and it and its check cell are run, the check cell reports full marks."""
+    from labkit.catalog import NAMES
+    from labkit.course import notebooks
+    from labkit.course.exercise import exercises
+    import nbformat
+    base, token, log_path = jupyter_lab
+    b, _ = browser
+    system = next(s for s in notebooks.systems() if s in NAMES)
+    ex = exercises(system)[0]
+    nb = notebooks.release(notebooks.render_source(system))
+    name = f"student_{notebooks.notebook_name(system)}"
+    sol = next(i for i, c in enumerate(nb.cells) if c.metadata.get("labkit", {}).get("exercise") == ex.id)
+    chk = next(i for i, c in enumerate(nb.cells) if c.metadata.get("labkit", {}).get("check") == ex.id)
+    body = json.dumps({"type": "notebook", "format": "json", "content": json.loads(nbformat.writes(nb))}).encode()
+    req = urllib.request.Request(f"{base}/api/contents/{name}", data=body, method="PUT",
+                                 headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=30).close()
+    page = b.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{base}/lab/workspaces/course/tree/{name}?reset&token={token}", timeout=90_000)
+        page.wait_for_selector(f"{PANEL} .jp-Cell", timeout=90_000)
+        _wait_kernel(page, name)
+        _run_all(page)
+        _wait_run_all(page, name)
+        before = _cell_text(page, chk)
+        assert f"{ex.id} ({ex.title}): score 0 / {ex.points} (not done yet" in before, before
+        # the student's answer, pasted over the stub (insert_text is a paste: no auto-indent)
+        editor = page.locator(f"{PANEL} .jp-Notebook .jp-Cell").nth(sol).locator(".cm-content")
+        editor.click()
+        page.keyboard.press("Control+a")
+        page.keyboard.insert_text(notebooks.solution_source(ex))
+        page.keyboard.press("Shift+Enter")  # run the exercise cell; the check cell is selected next
+        page.keyboard.press("Shift+Enter")  # run the check cell
+        want = f"score {ex.points} / {ex.points}"
+        page.wait_for_function(
+            "([i, want]) => { const c = document.querySelectorAll("
+            "'.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')[i];"
+            " return c && c.querySelector('.jp-OutputArea-output') && c.innerText.includes(want); }",
+            arg=[chk, want], timeout=RUN_ALL_S * 1000)
+        after = _cell_text(page, chk)
+        assert f"{ex.id} ({ex.title}): {want}" in after and "every case passed" in after, after
+    except Exception as exc:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shot = ARTIFACTS / "course-failure.png"
+        try:
+            page.screenshot(path=str(shot), full_page=True)
+            where = f"screenshot: {shot}"
+        except Exception as shot_exc:
+            where = f"no screenshot ({shot_exc})"
+        raise AssertionError(f"{exc}\n[{where}; jupyter log: {log_path}]") from exc
+    finally:
+        page.close()
+        try:
             for s in _api(base, token, "/api/sessions") or []:
                 _api(base, token, f"/api/sessions/{s['id']}", "DELETE")
         except OSError:
