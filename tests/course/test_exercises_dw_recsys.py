@@ -81,6 +81,20 @@ WRONG = [
             out.extend(s for s in held.pop(ev[1], []) if s not in returned)
     return out
 ''', "lowest seq first"),
+    ("dataworkers.share_cpus", '''    out = [0] * len(jobs)
+    for k in range(cpus):  # round robin: every job gets its turn, useful or not
+        if jobs:
+            out[k % len(jobs)] += 1
+    return out
+''', "the largest marginal gain wins"),
+    ("dataworkers.share_cpus", '''    out = [j["min_cpus"] for j in jobs]
+    left = cpus - sum(out)
+    while left > 0 and jobs:  # never stops at saturation: hands out every CPU
+        rate = [j["gpus"] * j["worker_rate"] / j["gpu_rate"] if j["gpu_rate"] else 0.0 for j in jobs]
+        out[max(range(len(jobs)), key=lambda i: rate[i])] += 1
+        left -= 1
+    return out
+''', "CPUs that add nothing stay free"),
     ("recsys.pack_ids", '''    # offsets include each table's own rows
     offsets = np.cumsum(np.asarray(cardinalities, dtype=np.int64))
     parts = [np.asarray(v, dtype=np.int64) + o for v, o in zip(ids, offsets)]

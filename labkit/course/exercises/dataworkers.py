@@ -10,6 +10,7 @@ again (the bookkeeping of the process pool's exactly-once delivery).
 
 from __future__ import annotations
 
+import math
 import time
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -492,3 +493,159 @@ register(Exercise(
          "already returned them; speculation and repeated deaths are where it goes wrong.",
     reference="labkit.dataworkers.workers.process_pool:ProcessWorkerPool._bury",
     forbid=("labkit.dataworkers.workers", "labkit.dataworkers"), minutes=15, tags=("goldminer", "fault tolerance")))
+
+
+# =====================================================================================
+# 4. Sharing CPUs among jobs
+# =====================================================================================
+
+_SHARE_STUB = '''def share_cpus(jobs, cpus):
+    """Share `cpus` data-worker CPUs among jobs so that the most GPUs are kept busy; return CPUs per job.
+
+    Each job is a dict {"gpus": int, "worker_rate": float, "gpu_rate": float, "min_cpus": int}:
+    one CPU's data worker makes worker_rate batches/s, the job's GPUs consume gpu_rate batches/s.
+    With c CPUs a job keeps gpus * min(1, c * worker_rate / gpu_rate) GPUs busy (0 when
+    gpu_rate is 0): each CPU adds the same until the GPUs saturate, then nothing.
+    First give every job its min_cpus, jobs with more GPUs first, while CPUs last. Then hand
+    out the rest one CPU at a time to the job whose busy GPUs would grow most (ties: the
+    earlier job). A CPU that would add nothing anywhere stays free. Return a list of ints in
+    job order.
+
+    >>> share_cpus([{"gpus": 1, "worker_rate": 10.0, "gpu_rate": 30.0, "min_cpus": 1},
+    ...             {"gpus": 2, "worker_rate": 10.0, "gpu_rate": 20.0, "min_cpus": 1}], 4)
+    [2, 2]
+    """
+'''
+
+_SHARE_SOLUTION = '''    def busy(j, c):
+        if j["gpu_rate"] <= 0:
+            return 0.0
+        return j["gpus"] * min(1.0, c * j["worker_rate"] / j["gpu_rate"])
+
+    out = [0] * len(jobs)
+    left = cpus
+    for i in sorted(range(len(jobs)), key=lambda i: -jobs[i]["gpus"]):
+        give = min(jobs[i]["min_cpus"], left)
+        out[i] += give
+        left -= give
+    while left > 0:
+        gains = [busy(j, out[i] + 1) - busy(j, out[i]) for i, j in enumerate(jobs)]
+        best = max(range(len(jobs)), key=lambda i: (gains[i], -i), default=None)
+        if best is None or gains[best] <= 1e-12:
+            break
+        out[best] += 1
+        left -= 1
+    return out
+'''
+
+_share_ref = _compile(_SHARE_STUB, _SHARE_SOLUTION, "share_cpus")
+
+
+def _as_demands(jobs: list[dict]):
+    from labkit.dataworkers.scheduler import JobDemand
+    return [JobDemand(i, j["gpus"], j["worker_rate"], j["gpu_rate"], j["min_cpus"]) for i, j in enumerate(jobs)]
+
+
+def _share_ok(jobs: list[dict], cpus: int) -> Callable[[Any], Any]:
+    """Right when it fits, and keeps as many GPUs busy with as many CPUs as labkit's allocate (ties may differ)."""
+    from labkit.dataworkers.scheduler import allocate
+    demands = _as_demands(jobs)
+    plan = allocate(demands, cpus)
+    want = [plan[i] for i in range(len(jobs))]
+    best = sum(d.progress(c) for d, c in zip(demands, want))
+
+    def ok(got):
+        got = list(got)
+        if len(got) != len(jobs) or any(int(c) != c or c < 0 for c in got):
+            return f"one CPU count (an integer >= 0) per job, {len(jobs)} in all"
+        busy = sum(d.progress(int(c)) for d, c in zip(demands, got))
+        if sum(got) > cpus:
+            return f"hands out {sum(got)} CPUs of {cpus}"
+        if not math.isclose(busy, best, rel_tol=1e-9, abs_tol=1e-9):
+            return f"keeps {busy:.4g} GPUs busy; labkit's allocate keeps {best:.4g} with {want}"
+        if sum(got) != sum(want):
+            return f"uses {sum(got)} CPUs for that; labkit's allocate uses {sum(want)} and leaves the rest free"
+        return True
+    return ok
+
+
+def _share_case(fn: Callable, name: str, jobs: list[dict], cpus: int) -> Case:
+    import copy
+    j = copy.deepcopy(jobs)
+    return _case(name, lambda: fn(j, cpus), _share_ok(jobs, cpus))
+
+
+def _job(gpus: int, worker_rate: float, gpu_rate: float, min_cpus: int = 1) -> dict:
+    return {"gpus": gpus, "worker_rate": worker_rate, "gpu_rate": gpu_rate, "min_cpus": min_cpus}
+
+
+def _share_check(fn: Callable):
+    yield _share_case(fn, "the docstring's example", [_job(1, 10.0, 30.0), _job(2, 10.0, 20.0)], 4)
+    yield _share_case(fn, "no jobs", [], 8)
+    yield _share_case(fn, "no CPUs", [_job(1, 10.0, 30.0), _job(4, 5.0, 50.0)], 0)
+    yield _share_case(fn, "CPUs that add nothing stay free", [_job(1, 10.0, 30.0)], 10)
+    yield _share_case(fn, "a fractional last CPU still counts", [_job(2, 10.0, 25.0, 0)], 10)
+    yield _share_case(fn, "minimums go to the larger jobs first", [_job(1, 10.0, 100.0), _job(4, 10.0, 100.0)], 1)
+    yield _share_case(fn, "the largest marginal gain wins",
+                      [_job(1, 10.0, 100.0, 0), _job(4, 10.0, 100.0, 0), _job(2, 1.0, 100.0, 0)], 6)
+    yield _share_case(fn, "a job with no GPU demand gets only its minimum",
+                      [_job(1, 10.0, 0.0, 2), _job(1, 10.0, 40.0, 0)], 8)
+    yield _share_case(fn, "a job whose minimum exceeds its need keeps it",
+                      [_job(1, 10.0, 10.0, 3), _job(1, 5.0, 20.0)], 6)
+    rng = np.random.default_rng(19)
+    inputs = []
+    for _ in range(25):
+        n = int(rng.integers(1, 12))
+        jobs = [_job(int(rng.choice([1, 2, 4, 8])), float(rng.uniform(1, 20)), float(rng.uniform(0, 300)),
+                     int(rng.integers(0, 3))) for _ in range(n)]
+        inputs.append((jobs, int(rng.integers(0, 120))))
+    bad = None
+    for k, (jobs, cpus) in enumerate(inputs):
+        c = _share_case(fn, "random clusters, as labkit's allocate shares", jobs, cpus)
+        if not c.passed:
+            bad = Case(c.name, False, f"cluster {k} ({len(jobs)} jobs, {cpus} CPUs): {c.detail}")
+            break
+    yield bad or Case("random clusters, as labkit's allocate shares", True, "")
+
+
+def _share_measure(fn: Callable) -> dict:
+    from labkit.dataworkers import simulator
+
+    trace = simulator.synthetic_trace(150, seed=3)
+    timing = {"student_s": 0.0, "calls": 0}
+
+    def student_allocate(demands, cpus):
+        jobs = [{"gpus": d.gpus, "worker_rate": d.worker_rate, "gpu_rate": d.gpu_rate, "min_cpus": d.min_cpus}
+                for d in demands]
+        t0 = time.perf_counter()
+        got = fn(jobs, cpus)
+        timing["student_s"] += time.perf_counter() - t0
+        timing["calls"] += 1
+        return {d.name: int(c) for d, c in zip(demands, got)}
+
+    original = simulator.allocate
+    simulator.allocate = student_allocate
+    try:
+        student = simulator.simulate(trace, "elastic")
+    finally:
+        simulator.allocate = original
+    t0 = time.perf_counter()
+    reference = simulator.simulate(trace, "elastic")
+    ref_s = time.perf_counter() - t0
+    static = simulator.simulate(trace, "static")
+    return {"student_avg_jct_h": student.avg_jct / 3600, "reference_avg_jct_h": reference.avg_jct / 3600,
+            "static_avg_jct_h": static.avg_jct / 3600, "student_gpu_util": student.gpu_util,
+            "reference_gpu_util": reference.gpu_util, "static_gpu_util": static.gpu_util,
+            "student_s": timing["student_s"], "reference_s": ref_s, "allocations": timing["calls"],
+            "note": "GoldMiner's 64-GPU cluster simulator (150 jobs, MODELLED) with the student's policy in place of "
+                    "labkit's allocate, beside labkit's and the static CPUs-per-GPU baseline; reference_s is the "
+                    "whole simulation's time, student_s only the policy's"}
+
+
+register(Exercise(
+    id="dataworkers.share_cpus", system="dataworkers", title="Share a cluster's CPUs among jobs",
+    func="share_cpus", stub=_SHARE_STUB, solution=_SHARE_SOLUTION, check=_share_check, measure=_share_measure,
+    goal="Each CPU goes where it keeps the most GPUs busy; with concave, piecewise-linear progress this greedy "
+         "marginal-gain rule is optimal, and it is what lets elastic workers beat a fixed CPU:GPU ratio.",
+    reference="labkit.dataworkers.scheduler:allocate",
+    forbid=("labkit.dataworkers.scheduler", "labkit.dataworkers"), minutes=20, tags=("goldminer", "scheduling")))
