@@ -33,6 +33,10 @@ def _labkit(*args: str, cwd: Path, env: dict | None = None) -> subprocess.Comple
                           env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})), timeout=600)
 
 
+def _forbid(ex_id: str) -> str:
+    return next(e for e in exercises() if e.id == ex_id).forbid[0]
+
+
 def _real_systems() -> list[str]:
     return [s for s in notebooks.systems() if s in NAMES]
 
@@ -79,7 +83,8 @@ def test_every_exercise_has_a_cell_trio_and_the_release_strips_every_solution():
 @pytest.fixture(scope="module")
 def round_trip(tmp_path_factory):
     """`labkit course build`, then `labkit course grade` over the reference (source) notebooks, the
-    released blanks and one notebook that is not ours: the CSV's rows, by (submission, exercise)."""
+    released blanks, the references importing labkit's implementation, and one notebook that is not
+    ours: the CSV's rows."""
     tmp = tmp_path_factory.mktemp("course")
     built = _labkit("course", "build", "--out", "release", cwd=tmp)
     assert built.returncode == 0, built.stderr
@@ -88,8 +93,15 @@ def round_trip(tmp_path_factory):
     (subs / "reference").mkdir()
     for p in (tmp / "release").glob("*.ipynb"):
         (subs / "blank" / p.name).write_text(p.read_text())
+    (subs / "cheat").mkdir()
     for p in notebooks.SOURCES.glob("*.ipynb"):
         (subs / "reference" / p.name).write_text(p.read_text())
+        nb = nbformat.read(str(p), as_version=4)
+        for c in nb.cells:  # the reference solution, plus an import of labkit's own implementation
+            ex_id = c.metadata.get("labkit", {}).get("exercise")
+            if ex_id:
+                c.source = f"import {_forbid(ex_id)}\n" + c.source
+        nbformat.write(nb, str(subs / "cheat" / p.name))
     (subs / "not_ours.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook()))
     graded = _labkit("course", "grade", "submissions", "--csv", "grades.csv", cwd=tmp)
     assert graded.returncode == 0, graded.stderr
@@ -113,6 +125,14 @@ def test_round_trip_blanks_score_zero_with_a_reason(round_trip):
     assert len(blank) == sum(len(exercises(s)) for s in _real_systems())
     for r in blank:
         assert float(r["score"]) == 0 and "NotImplementedError" in r["reason"], r
+
+
+def test_round_trip_importing_the_reference_scores_zero_for_every_exercise(round_trip):
+    _, _, rows = round_trip
+    cheat = {r["exercise"]: r for r in rows if r["submission"].startswith("cheat/")}
+    assert set(cheat) == {e.id for s in _real_systems() for e in exercises(s)}
+    for ex_id, r in cheat.items():
+        assert float(r["score"]) == 0 and r["reason"] == f"imports the reference ({_forbid(ex_id)})", r
 
 
 def test_round_trip_csv_names_a_notebook_that_is_not_ours(round_trip):
