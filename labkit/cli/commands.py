@@ -280,6 +280,14 @@ def _course(args: argparse.Namespace) -> int:
         for p in paths:
             print(f"  {p.name}")
         return 0
+    try:
+        return _course_grade(args, grade)
+    except KeyboardInterrupt:  # the graded processes are already killed
+        print("labkit: stopped (Ctrl-C); no grades written", file=sys.stderr)
+        return 130
+
+
+def _course_grade(args: argparse.Namespace, grade) -> int:
     if args.course_cmd == "check":
         results = grade.grade_notebook(args.notebook, timeout=args.timeout, jobs=args.jobs)
         print(grade.score_table(results))

@@ -132,10 +132,15 @@ class _ImportGuard:
         self._import, self._import_module = builtins.__import__, importlib.import_module
 
     def _from_submission(self) -> bool:
-        f = sys._getframe(2)
+        """Whether the import comes from the cell's code (or a string it exec'd), not from a library
+        the cell called: library code may import what it needs lazily."""
+        f = sys._getframe(3)  # the frame that called __import__ / import_module
         while f is not None:
-            if f.f_code.co_filename == self.filename:
+            name = f.f_code.co_filename
+            if name == self.filename:
                 return True
+            if not name.startswith("<"):  # a real file: library code
+                return False
             f = f.f_back
         return False
 
@@ -222,7 +227,8 @@ def _child(job_path: str, result_path: str) -> int:
                                      "reason": res.reason,
                                      "cases": [[c.name, bool(c.passed), str(c.detail)] for c in res.cases]}))
     os.replace(tmp, result_path)
-    return 0
+    # Exit now: threads the cell left running would keep the process past the time limit.
+    os._exit(0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,7 +279,7 @@ def _finish(job: _Job, timed_out: bool, timeout: float) -> Result:
     if job.pidfd is not None:
         os.close(job.pidfd)
     try:
-        if timed_out:
+        if timed_out and not (job.dir / "result.json").exists():
             return Result(job.exercise, job.points,
                           reason=f"did not finish within the time limit of {timeout:g} s (an endless loop?)")
         out = job.dir / "result.json"

@@ -169,6 +169,12 @@ def _write_folder(out: Path, notebooks: dict[str, "nbformat.NotebookNode"], forc
     if out.is_dir() and any(out.iterdir()) and not force:
         raise LabkitError(f"{what}={str(out)!r} is not accepted; the folder is not empty (pass --force to "
                           "replace it)")
+    if out.is_dir() and force:  # --force replaces a release, never a folder of other work
+        other = [p.name for p in out.iterdir() if not p.name.endswith("_exercises.ipynb")
+                 and p.name != ".ipynb_checkpoints"]
+        if other:
+            raise LabkitError(f"{what}={str(out)!r} is not accepted; it holds more than exercise notebooks "
+                              f"({', '.join(sorted(other)[:3])}), so --force will not replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:

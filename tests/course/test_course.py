@@ -155,6 +155,12 @@ def test_build_refuses_a_non_empty_folder_without_force(round_trip):
     assert forced.returncode == 0, forced.stderr
     assert sorted(p.name for p in (tmp / "release").iterdir()) == before
     assert not [p for p in tmp.iterdir() if p.name.startswith(".release")]  # no temporary folder left
+    other = tmp / "work"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(LabkitError, match="more than exercise notebooks"):
+        notebooks.build_release(other, force=True)  # --force replaces a release, not other work
+    assert (other / "notes.txt").read_text() == "mine"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,6 +226,13 @@ def test_wrong_submissions_each_get_zero_with_a_one_line_reason(toy):
         else:
             assert reason in top.reason and "\n" not in top.reason, (name, top.reason)
         assert res["toy.clip_sum"].score == 1, (name, res["toy.clip_sum"])  # the other exercise unharmed
+
+
+def test_a_thread_left_running_does_not_cost_the_marks(toy):
+    cell = ("import threading, time\nthreading.Thread(target=lambda: time.sleep(3600)).start()\n"
+            + STUB + "    return sorted(values, reverse=True)[:k]\n")
+    top = _by_id(grade_notebook(toy(cell), timeout=20))["toy.top_k"]
+    assert top.score == 2 and not top.reason, top
 
 
 def test_a_wrong_answer_on_an_edge_case_is_named_and_scores_partial_credit(toy):
