@@ -3,7 +3,8 @@
 The registry's own exercises (every system's) are graded through the CLI round trip: the reference
 solutions score full marks, the released blanks zero. Wrong submissions are tried on two toy
 exercises (tests/course/toy.py, loaded through $LABKIT_COURSE_MODULES as a course's own would be),
-so each failure mode is checked once without waiting on the labs' heavier checks.
+so each failure mode is checked once without waiting on the labs' heavier checks. The round trip
+is marked slow (`make test` runs it; `make test-fast` does not).
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ def round_trip(tmp_path_factory):
     return tmp, graded, rows
 
 
+@pytest.mark.slow  # the round trip grades every exercise three times (about a minute)
 def test_round_trip_reference_full_marks_for_every_registered_exercise(round_trip):
     _, _, rows = round_trip
     ref = {r["exercise"]: r for r in rows if r["submission"].startswith("reference/")}
@@ -119,6 +121,7 @@ def test_round_trip_reference_full_marks_for_every_registered_exercise(round_tri
         assert r["passed"] == r["cases"] and int(r["cases"]) > 0 and not r["failing"] and not r["reason"], r
 
 
+@pytest.mark.slow  # the round trip grades every exercise three times (about a minute)
 def test_round_trip_blanks_score_zero_with_a_reason(round_trip):
     _, _, rows = round_trip
     blank = [r for r in rows if r["submission"].startswith("blank/")]
@@ -127,6 +130,7 @@ def test_round_trip_blanks_score_zero_with_a_reason(round_trip):
         assert float(r["score"]) == 0 and "NotImplementedError" in r["reason"], r
 
 
+@pytest.mark.slow  # the round trip grades every exercise three times (about a minute)
 def test_round_trip_importing_the_reference_scores_zero_for_every_exercise(round_trip):
     _, _, rows = round_trip
     cheat = {r["exercise"]: r for r in rows if r["submission"].startswith("cheat/")}
@@ -135,6 +139,7 @@ def test_round_trip_importing_the_reference_scores_zero_for_every_exercise(round
         assert float(r["score"]) == 0 and r["reason"] == f"imports the reference ({_forbid(ex_id)})", r
 
 
+@pytest.mark.slow  # the round trip grades every exercise three times (about a minute)
 def test_round_trip_csv_names_a_notebook_that_is_not_ours(round_trip):
     tmp, graded, rows = round_trip
     bad = [r for r in rows if r["submission"] == "not_ours.ipynb"]
@@ -146,6 +151,7 @@ def test_round_trip_csv_names_a_notebook_that_is_not_ours(round_trip):
     assert again.returncode == 2 and again.stderr.count("\n") == 1 and "--force" in again.stderr
 
 
+@pytest.mark.slow  # the round trip grades every exercise three times (about a minute)
 def test_build_refuses_a_non_empty_folder_without_force(round_trip):
     tmp, _, _ = round_trip
     before = sorted(p.name for p in (tmp / "release").iterdir())
