@@ -368,7 +368,7 @@ def test_course_exercise_scores_after_the_student_fills_it_in(jupyter_lab, brows
     student would) and it and its check cell are run, the check cell reports full marks."""
     from labkit.catalog import NAMES
     from labkit.course import notebooks
-    from labkit.course.exercise import exercises
+    from labkit.course.exercises import exercises
     import nbformat
     base, token, log_path = jupyter_lab
     b, _ = browser

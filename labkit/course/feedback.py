@@ -12,7 +12,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
-from labkit.course.exercise import Case, Exercise, get
+from labkit.course.exercise import Case, Exercise
+from labkit.course.exercises import get
 
 
 def score(ex: Exercise, cases: list[Case]) -> float:

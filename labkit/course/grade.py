@@ -175,7 +175,7 @@ def _reference_message(name: str) -> str:
 
 def run_cell(exercise_id: str, source: str) -> Result:
     """In this process: run the cell `source`, then check the function it defines (the child's work)."""
-    from labkit.course.exercise import get
+    from labkit.course.exercises import get
     from labkit.course.feedback import run_check
     from labkit.course.notebooks import load_exercises
     load_exercises()

@@ -39,7 +39,7 @@ BEGIN, END = "    ### BEGIN SOLUTION\n", "    ### END SOLUTION\n"
 
 def load_exercises() -> list:
     """Every registered exercise: labkit's own, then those of the modules named in $LABKIT_COURSE_MODULES."""
-    from labkit.course.exercise import exercises
+    from labkit.course.exercises import exercises
     for name in filter(None, (m.strip() for m in os.environ.get(MODULES_ENV, "").split(","))):
         try:
             import_module(name)

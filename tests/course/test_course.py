@@ -22,7 +22,7 @@ import pytest
 from labkit.catalog import NAMES
 from labkit.core.errors import LabkitError
 from labkit.course import notebooks
-from labkit.course.exercise import exercises
+from labkit.course.exercises import exercises
 from labkit.course.grade import grade_notebook, grade_notebooks, read_submission, static_imports
 
 ROOT = Path(__file__).resolve().parents[2]

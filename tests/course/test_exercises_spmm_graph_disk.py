@@ -13,7 +13,8 @@ import math
 import numpy as np
 import pytest
 
-from labkit.course.exercise import Case, exercises, get
+from labkit.course.exercise import Case
+from labkit.course.exercises import exercises, get
 
 SYSTEMS = ("spmm", "graph", "disk")
 

@@ -1,10 +1,21 @@
-"""Every system's exercises; importing this package registers them all."""
+"""Every system's exercises (importing this package registers them all), and lookups over them."""
 
-from importlib import import_module
+from __future__ import annotations
 
-for _system in ("spmm", "graph", "disk", "dataworkers", "recsys"):
+from labkit.core.errors import LabkitError
+from labkit.course.exercise import Exercise, registered
+from labkit.course.exercises import dataworkers, disk, graph, recsys, spmm  # noqa: F401  (each registers its own)
+
+
+def exercises(system: str | None = None) -> list[Exercise]:
+    """Every registered exercise (of `system`), in registration order."""
+    return [e for e in registered().values() if system is None or e.system == system]
+
+
+def get(exercise_id: str) -> Exercise:
+    """The exercise named `exercise_id`, or a one-line error naming the ids there are."""
     try:
-        import_module(f"labkit.course.exercises.{_system}")
-    except ModuleNotFoundError as e:  # a system's exercises not written yet
-        if e.name != f"labkit.course.exercises.{_system}":
-            raise
+        return registered()[exercise_id]
+    except KeyError:
+        raise LabkitError(f"exercise={exercise_id!r} is not accepted; expected one of "
+                          + ", ".join(registered())) from None

@@ -18,35 +18,8 @@ from typing import Any, Callable
 import numpy as np
 
 from labkit.course.exercise import Case, Exercise, register
-
-
-def _compile(stub: str, solution: str, func: str) -> Callable:
-    """The reference: the exercise's own stub + solution, so checks and notebook agree by construction."""
-    ns: dict[str, Any] = {}
-    exec(compile(stub + solution, f"<reference {func}>", "exec"), ns)  # noqa: S102 - our own source
-    return ns[func]
-
-
-def _short(x: Any, n: int = 120) -> str:
-    s = repr(x)
-    return s if len(s) <= n else s[:n - 3] + "..."
-
-
-def _case(name: str, run: Callable[[], Any], ok: Callable[[Any], bool | str], expected: Any = None) -> Case:
-    """Run the candidate (`run`), judge its result (`ok`: True, or a reason string), never raise."""
-    try:
-        got = run()
-    except Exception as e:  # noqa: BLE001 - the student's code may raise anything; that is a failed case
-        return Case(name, False, f"raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-    try:
-        verdict = ok(got)
-    except Exception as e:  # noqa: BLE001 - a malformed result (wrong type) fails the case
-        return Case(name, False, f"result {_short(got)} could not be read: {type(e).__name__}: {e}")
-    if verdict is True:
-        return Case(name, True, "")
-    why = verdict if isinstance(verdict, str) else ""
-    exp = f"expected {_short(expected)}, " if expected is not None else ""
-    return Case(name, False, (why + "; " if why else "") + f"{exp}got {_short(got)}")
+from labkit.course.exercises._checks import case as _case
+from labkit.course.exercises._checks import compile_reference as _compile
 
 
 def _equal(fn: Callable, name: str, args: tuple, expected: Any, kwargs: dict | None = None) -> Case:

@@ -9,13 +9,14 @@ operator reads. The checks compare against :mod:`labkit.graph`.
 from __future__ import annotations
 
 import itertools
-import time
 
 import numpy as np
 
 from labkit.course.exercise import Exercise, register
 # The case runner is shared by every system's exercises (it lives with the first of them).
-from labkit.course.exercises.spmm import _best_time, _case, _short
+from labkit.course.exercises._checks import best_time as _best_time
+from labkit.course.exercises._checks import judged as _case
+from labkit.course.exercises._checks import short as _short
 
 
 def _rmat(scale: int, edge_factor: int = 8, seed: int = 0):
@@ -333,7 +334,7 @@ def measure_sample(fn) -> dict:
             out.append(lo + np.asarray(fn(int(hi - lo), fanout, r), np.int64))
         return np.concatenate(out)
     got = student()
-    ts = _best_time(student, 2)
+    ts = _best_time(student, repeat=2)
     tr = _best_time(lambda: sample_neighbors(csr.indptr, csr.indices, rows, fanout, seed=1))
     return {"student_s": ts, "reference_s": tr, "student_edges": int(got.size), "reference_edges": int(eid.size),
             "student_us_per_row": ts / rows.size * 1e6, "reference_us_per_row": tr / rows.size * 1e6,
@@ -417,8 +418,8 @@ def measure_csr(fn) -> dict:
     src, dst, n = _rmat(16)
     ref = build_csr(src, dst, n, dedup=True)  # compiled before it is timed
     p, i = fn(src, dst, n)
-    ts = _best_time(lambda: fn(src, dst, n), 2)
-    tr = _best_time(lambda: build_csr(src, dst, n, dedup=True), 2)
+    ts = _best_time(lambda: fn(src, dst, n), repeat=2)
+    tr = _best_time(lambda: build_csr(src, dst, n, dedup=True), repeat=2)
     return {"student_s": ts, "reference_s": tr, "edges_in": int(src.size), "edges_kept": int(np.asarray(i).size),
             "reference_edges_kept": int(ref.indices.size), "student_medges_per_s": src.size / ts / 1e6,
             "reference_medges_per_s": src.size / tr / 1e6,

@@ -12,41 +12,12 @@ import time
 
 import numpy as np
 
-from labkit.course.exercise import Case, Exercise, register
+from labkit.course.exercise import Exercise, register
+from labkit.course.exercises._checks import best_time as _best_time
+from labkit.course.exercises._checks import judged as _case
+from labkit.course.exercises._checks import short as _short
 
 # --- shared by the checks: run the candidate on one case, never let its error escape ---------
-
-
-def _short(v, n: int = 8) -> str:
-    """One line showing a value (arrays cut to their first n entries)."""
-    if isinstance(v, np.ndarray):
-        head = np.array2string(v.ravel()[:n], separator=", ", max_line_width=10**6)
-        return f"{v.dtype}{list(v.shape)} {head}{' ...' if v.size > n else ''}"
-    s = repr(v)
-    return s if len(s) <= 120 else s[:117] + "..."
-
-
-def _case(name: str, fn, args: tuple, judge) -> Case:
-    """Call fn(*args) and judge what it returns; its exceptions become a failed case."""
-    try:
-        got = fn(*args)
-    except Exception as e:  # the submission's own error: a failed case with its message, no traceback
-        return Case(name, False, f"raised {type(e).__name__}: {str(e)[:200]}")
-    try:
-        detail = judge(got)
-    except Exception as e:  # the result had the wrong type or shape to be compared
-        return Case(name, False, f"returned {_short(got)}, which could not be checked "
-                                 f"({type(e).__name__}: {str(e)[:120]})")
-    return Case(name, detail is None, detail or "")
-
-
-def _best_time(f, repeat: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def _as_bf16(bits: np.ndarray):
@@ -266,9 +237,9 @@ def measure_dot(fn) -> dict:
     want = spmm(w, x)  # compiled before it is timed
     got = np.asarray(student(), np.float64)
     ts = _best_time(student)
-    tr = _best_time(lambda: spmm(w, x), 5)
+    tr = _best_time(lambda: spmm(w, x), repeat=5)
     dense_f32, xt = dense.float(), torch.from_numpy(x)
-    td = _best_time(lambda: dense_f32 @ xt, 5)
+    td = _best_time(lambda: dense_f32 @ xt, repeat=5)
     return {"student_s": ts, "reference_s": tr, "dense_torch_s": td,
             "max_abs_diff": float(np.abs(got - want).max()), "nnz": int(w.nnz),
             "note": "a 1024 x 4608 layer at 80% sparsity times a vector, 128 tiles of 8 x 4608 through the "
