@@ -15,6 +15,7 @@ import pytest
 
 from labkit.course.exercise import Case
 from labkit.course.exercises import exercises, get
+from tests.course.candidates import from_source, reference
 
 SYSTEMS = ("dataworkers", "recsys")
 
@@ -23,18 +24,7 @@ def _ours():
     return [e for s in SYSTEMS for e in exercises(s)]
 
 
-def _reference(ex):
-    ns: dict = {}
-    exec(compile(ex.stub + "    ### BEGIN SOLUTION\n" + ex.solution + "    ### END SOLUTION\n",
-                 f"<{ex.id}>", "exec"), ns)
-    return ns[ex.func]
-
-
-def _from_source(ex, body: str):
-    """A candidate with the exercise's stub and another body (a wrong answer)."""
-    ns: dict = {}
-    exec(compile(ex.stub + body, f"<wrong {ex.id}>", "exec"), ns)
-    return ns[ex.func]
+_reference, _from_source = reference, from_source
 
 
 # (exercise, wrong body, the case that must catch it)
