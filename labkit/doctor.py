@@ -13,12 +13,12 @@ from labkit.core.memory import fmt_bytes
 # Every runtime dependency pinned in pyproject.toml, by import name (PIL is pillow).
 _PACKAGES = ("torch", "numpy", "numba", "scipy", "pandas", "pyarrow", "torch_geometric", "plotly", "ipywidgets",
              "anywidget", "ipykernel", "jupyterlab", "papermill", "nbformat", "dask", "distributed", "psutil",
-             "tqdm", "PIL", "cryptography", "llvmlite", "tornado")
+             "tqdm", "PIL", "cryptography", "llvmlite", "tornado", "IPython", "nbgrader")
 _OPTIONAL = ("cupy", "pynvml", "playwright", "torchrec", "fbgemm_gpu")
 
 
 _DIST = {"torch_geometric": "torch-geometric", "pynvml": "nvidia-ml-py", "fbgemm_gpu": "fbgemm-gpu-cpu",
-         "cupy": "cupy-cuda12x", "PIL": "pillow"}
+         "cupy": "cupy-cuda12x", "PIL": "pillow", "IPython": "ipython"}
 
 
 def _version(mod: str) -> str | None:
