@@ -502,7 +502,6 @@ def bench_cache_shaped(b: Bench, setup, workers: int, batches: int, repeats: int
     client = None
     try:
         client = cl.dask_client(workers_per_host=1, nthreads=1)
-        client.direct_to_workers = True  # as local_cluster's: actor calls go straight to the workers
         c, results, stores = _cache_epochs(b, g, part, cache, client, batches, repeats,
                                            f"epoch of {batches} batches x 512, [10, 5], {workers} hosts at {rate}")
         sp = b.measure_ratio(claim, c, "cache_off", "cache_on", max_rounds=max_rounds)

@@ -393,8 +393,7 @@ class NetworkCacheLab:
         self.stores: dict[str, dict[str, PartitionedStore]] = {}
         try:
             if cluster.shaped:
-                self.clients["shaped"] = client = cluster.dask_client(workers_per_host=1, nthreads=1)
-                client.direct_to_workers = True  # as local_cluster's: actor calls go straight to the workers
+                self.clients["shaped"] = cluster.dask_client(workers_per_host=1, nthreads=1)
             self.clients["loopback"] = local_cluster(n_parts)
             for where, client in self.clients.items():
                 self.stores[where] = {

@@ -156,6 +156,7 @@ def test_dask_workers_sit_on_their_hosts():
     with C.start_cluster(2, "1gbit") as cl:
         client = cl.dask_client()
         assert client.scheduler.address.startswith(f"tls://{cl.client_addr}:")
+        assert client.direct_to_workers  # actor calls and gathers cross the host's link, not the scheduler
         placed = cl.workers_by_host(client)
         assert sorted(placed) == [0, 1] and all(len(v) == 1 for v in placed.values())
         for i, (addr,) in placed.items():
